@@ -19,6 +19,7 @@ setup(
     entry_points={
         'console_scripts': [
             'emulated_workcell = twinloop_sim.emulated_workcell_node:main',
+            'emulated_cameras = twinloop_sim.emulated_cameras_node:main',
             'workcell_demo = twinloop_sim.demo:main',
         ],
     },

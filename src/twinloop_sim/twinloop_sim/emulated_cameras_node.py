@@ -1,0 +1,97 @@
+"""RGB-D cameras of a simulated workcell, rendered headless in their own process.
+
+Started by the emulated workcell (or the sim bridge) with the name of the shared scene
+state it writes; renders every camera of the workcell at `camera_rate_hz` and publishes
+realsense-ros topics: `/<camera>/color/image_raw` (rgb8), `/<camera>/depth/image_rect_raw`
+(16UC1, mm, aligned to color) and both camera_info topics, stamped with the time of the
+physics state the frame shows.
+"""
+from __future__ import annotations
+
+import os
+
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image
+
+from twinloop_sim.contract import ContractTopics
+from twinloop_sim.messages import camera_info_msg, image_msg, stamp_from_ns
+from twinloop_sim.node_support import StartupError, declare, load_sim_inputs, run_node
+from twinloop_sim.scene_state import SceneStateReader
+from twinloop_sim.workcell_sim import CameraRig
+from twinloop_twin.scene import compile_workcell
+
+# Reliable (realsense-ros default) so reliable and best-effort subscribers both match;
+# shallow, since a late frame is worth less than the next one.
+IMAGES = QoSProfile(depth=2, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class EmulatedCameras(Node):
+    def __init__(self) -> None:
+        super().__init__("emulated_cameras")
+        p = declare(self, {
+            "scene_state": ("", "name of the shared scene-state block written by the physics node"),
+            "truth_file": ("", "physics YAML (camera noise); empty: config/emulated_truth.yaml"),
+            "workcell_config": ("", "workcell YAML; empty: config/workcell.yaml"),
+            "urdf": ("", "workcell URDF; empty: urdf/workcell.urdf"),
+            "seed": (1, "seed of the image noise"),
+            "camera_rate_hz": (15.0, "Hz, rendered frame rate of every camera"),
+            "parent_pid": (0, "exit when this process is gone (0: do not watch)"),
+        })
+        if not p["scene_state"]:
+            raise StartupError("parameter scene_state is empty: this node is started by the "
+                               "emulated workcell or the sim bridge, which pass it")
+        inputs = load_sim_inputs(p["truth_file"], p["workcell_config"], p["urdf"])
+        self.state = SceneStateReader(p["scene_state"])
+        model = compile_workcell(inputs.workcell, inputs.physics)
+        self.rig = CameraRig(model, inputs.workcell.cameras, inputs.physics.noise, seed=p["seed"])
+        self.parent_pid = p["parent_pid"]
+        self.publishers_by_camera = {}
+        for camera in self.rig.cameras:
+            topics = ContractTopics.camera(camera)
+            self.publishers_by_camera[camera] = {
+                "color": self.create_publisher(Image, topics["color"], IMAGES),
+                "depth": self.create_publisher(Image, topics["depth"], IMAGES),
+                "color_info": self.create_publisher(CameraInfo, topics["color_info"], IMAGES),
+                "depth_info": self.create_publisher(CameraInfo, topics["depth_info"], IMAGES),
+            }
+        self.create_timer(1.0 / p["camera_rate_hz"], self.on_frame)
+
+    def on_frame(self) -> None:
+        if self.parent_pid and not _alive(self.parent_pid):
+            self.get_logger().info("physics process is gone; stopping the cameras")
+            raise SystemExit(0)
+        snapshot = self.state.read()
+        if snapshot is None:
+            return
+        qpos, stamp_ns, _ = snapshot
+        self.rig.set_state(qpos)
+        stamp = stamp_from_ns(stamp_ns)
+        for camera, intrinsics in self.rig.cameras.items():
+            rgb, depth_mm = self.rig.render(camera)
+            pubs = self.publishers_by_camera[camera]
+            pubs["color"].publish(image_msg(rgb, "rgb8", intrinsics.color_optical_frame, stamp))
+            pubs["color_info"].publish(camera_info_msg(intrinsics, intrinsics.color_optical_frame, stamp))
+            pubs["depth"].publish(image_msg(depth_mm, "16UC1", intrinsics.depth_optical_frame, stamp))
+            pubs["depth_info"].publish(camera_info_msg(intrinsics, intrinsics.depth_optical_frame, stamp))
+
+    def destroy_node(self) -> None:
+        self.rig.close()
+        self.state.close()
+        super().destroy_node()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def main(args=None) -> None:
+    run_node(EmulatedCameras, args)
+
+
+if __name__ == "__main__":
+    main()
