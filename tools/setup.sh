@@ -137,7 +137,9 @@ install_python_packages() {
   local setup_py
   for setup_py in "$ROOT"/src/*/setup.py; do
     [[ -f "$setup_py" ]] || continue
-    "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$(dirname "$setup_py")"
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+      -e "$(dirname "$setup_py")" > "$VENV/.twinloop-pip-editable.log" 2>&1 \
+      || { cat "$VENV/.twinloop-pip-editable.log"; die "installing $(dirname "$setup_py") failed"; }
   done
   stamp_set python-packages "$h"
 }

@@ -74,8 +74,9 @@ class EmulatedWorkcell(Node):
         self.lag_skips = 0
         self._tf_every = max(1, round(p["joint_state_rate_hz"] / p["tf_rate_hz"]))
         self._tick = 0
-        self._wall_start = time.monotonic()
-        self.create_timer(1.0 / p["joint_state_rate_hz"], self.on_tick)
+        self._period_s = 1.0 / p["joint_state_rate_hz"]
+        self._restart_clock()
+        self.create_timer(self._period_s, self.on_tick)
         self.create_timer(1.0, self.publish_status)
         self.cameras = self._start_cameras(p) if p["cameras_enabled"] else None
         self.get_logger().info(
@@ -97,18 +98,29 @@ class EmulatedWorkcell(Node):
         return subprocess.Popen(args)
 
     def on_tick(self) -> None:
+        # One sample per physics period, stamped with the wall time the state belongs to.
+        # A tick that fires late publishes the periods it missed (with their own stamps)
+        # instead of skipping them: a loaded host delays delivery, never the data.
         elapsed = time.monotonic() - self._wall_start
         if elapsed - self.sim.time_s > MAX_LAG_S:
             self.lag_skips += 1
-            self._wall_start = time.monotonic() - self.sim.time_s
+            self._restart_clock()
             elapsed = self.sim.time_s
-        self.sim.step_until(elapsed)
-        now_ns = self.get_clock().now().nanoseconds
-        stamp = stamp_from_ns(now_ns)
+        while self.sim.time_s + self._period_s <= elapsed + 1e-9:
+            self.sim.step_until(self.sim.time_s + self._period_s)
+            self._publish_sample(self._epoch_ns + round(self.sim.time_s * 1e9))
+
+    def _restart_clock(self) -> None:
+        """Align simulated time with now (start, reset, or after a stall)."""
+        self._wall_start = time.monotonic() - self.sim.time_s
+        self._epoch_ns = time.time_ns() - round(self.sim.time_s * 1e9)
+
+    def _publish_sample(self, stamp_ns: int) -> None:
+        stamp = stamp_from_ns(stamp_ns)
         sample = self.sim.joint_state()
         self.joint_state_pub.publish(joint_state_msg(sample, stamp))
         self.joint_state_rate.tick()
-        self.scene_state.write(self.sim.data.qpos, now_ns)
+        self.scene_state.write(self.sim.data.qpos, stamp_ns)
         self._tick += 1
         if self._tick % self._tf_every == 0:
             positions = dict(zip(sample.names, sample.position.tolist()))
@@ -134,7 +146,7 @@ class EmulatedWorkcell(Node):
         except CommandRejected as error:
             response.error = ErrorCode(code=getattr(ErrorCode, error.code), message=str(error))
             return response
-        self._wall_start = time.monotonic()
+        self._restart_clock()
         self.get_logger().info("workcell reset")
         response.error = ErrorCode(code=ErrorCode.NONE, message="")
         return response

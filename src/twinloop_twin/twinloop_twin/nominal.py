@@ -1,0 +1,105 @@
+"""Twin version 0: the nominal twin built from `urdf/` and `config/`.
+
+Every later stage writes a new version on top of it. v0 is self-contained: its MJCF scene
+references meshes and textures copied into the bundle (hashed with everything else), so
+it stays loadable and identical whatever is installed later.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Callable
+
+import mujoco
+
+from twinloop_twin.bundle import Provenance, TwinBundle, latest_version, load_twin_version, write_twin_version
+from twinloop_twin.parameters import Parameter, ParameterSet
+from twinloop_twin.physics import ARM_JOINTS, WorkcellPhysics, load_physics
+from twinloop_twin.scene import build_workcell_spec
+from twinloop_twin.workcell import WorkcellDescription, default_config_dir, load_workcell
+
+SCENE_FILE = "scene.xml"
+URDF_FILE = "workcell.urdf"
+
+# v0 has measured nothing: each parameter carries a broad prior (this fraction of its
+# nominal value, with a floor for values near zero) and identifiable=False, so no later
+# stage mistakes it for a measurement.
+PRIOR_RELATIVE_STD = 0.5
+PRIOR_FLOOR = {"friction_loss": 0.05, "damping": 0.1, "armature": 0.01, "delay_s": 0.005}
+
+
+def physics_parameters(physics: WorkcellPhysics, *, source: str) -> ParameterSet:
+    """The physics hypothesis as named parameters, each with its prior uncertainty."""
+    items: dict[str, Parameter] = {}
+
+    def add(name: str, mean: float, unit: str, floor: float = 0.0) -> None:
+        items[name] = Parameter(mean=float(mean), std=max(PRIOR_RELATIVE_STD * abs(mean), floor),
+                                identifiable=False, unit=unit, source=source)
+
+    for joint, dynamics in physics.joints.items():
+        arm = joint in ARM_JOINTS
+        torque = "N*m" if arm else "N"
+        add(f"joint.{joint}.friction_loss", dynamics.friction_loss, torque, PRIOR_FLOOR["friction_loss"])
+        add(f"joint.{joint}.damping", dynamics.damping, f"{torque}*s/{'rad' if arm else 'm'}",
+            PRIOR_FLOOR["damping"])
+        add(f"joint.{joint}.armature", dynamics.armature, "kg*m^2" if arm else "kg", PRIOR_FLOOR["armature"])
+        if dynamics.kp is not None:
+            add(f"actuator.{joint}.kp", dynamics.kp, f"{torque}/{'rad' if arm else 'm'}")
+            add(f"actuator.{joint}.kv", dynamics.kv, f"{torque}*s/{'rad' if arm else 'm'}")
+    add("command.delay_s", physics.command_delay_s, "s", PRIOR_FLOOR["delay_s"])
+    add("box.mass_kg", physics.box.mass_kg, "kg")
+    add("box.friction", physics.box.friction, "1")
+    add("finger.friction", physics.finger_friction, "1")
+    return ParameterSet(items)
+
+
+def scene_files(workcell: WorkcellDescription, physics: WorkcellPhysics) -> dict[str, bytes | Path]:
+    """The MJCF scene with its meshes and textures, relocated into the bundle."""
+    # MjSpec.to_xml() compiles, so it needs the assets where they are now; the file
+    # references are rewritten to bundle-relative paths in the written XML instead.
+    scene = ET.fromstring(build_workcell_spec(workcell, physics).to_xml())
+    files: dict[str, bytes | Path] = {}
+    for kind, folder in (("mesh", "meshes"), ("texture", "textures")):
+        for element in scene.iter(kind):
+            if element.get("file"):
+                source = Path(element.get("file"))
+                relative = f"{folder}/{element.get('name')}{source.suffix}"
+                files[relative] = source
+                element.set("file", relative)
+    compiler = scene.find("compiler")
+    for attribute in ("meshdir", "texturedir", "assetdir"):
+        if compiler is not None and attribute in compiler.attrib:
+            del compiler.attrib[attribute]
+    files[SCENE_FILE] = ET.tostring(scene, encoding="unicode").encode()
+    files[URDF_FILE] = workcell.urdf_xml.encode()
+    return files
+
+
+def build_nominal_twin(root: Path, workcell_name: str, *, config_dir: Path | None = None,
+                       urdf_path: Path | None = None) -> TwinBundle:
+    config_dir = config_dir or default_config_dir()
+    physics_path = config_dir / "nominal_physics.yaml"
+    workcell = load_workcell(config_dir, urdf_path)
+    physics = load_physics(physics_path)
+    files = scene_files(workcell, physics)
+    # The inputs travel with the twin (and are hashed), so v0 is reproducible from itself.
+    files["inputs/nominal_physics.yaml"] = physics_path
+    files["inputs/workcell.yaml"] = workcell.config_path
+    files["inputs/workcell_description.urdf"] = workcell.urdf_path
+    provenance = Provenance(created_by="nominal", parent_version=None,
+                            note="nominal twin from urdf/ and config/ (no recording used)")
+    return write_twin_version(root, workcell_name, parameters=physics_parameters(physics, source="nominal"),
+                              provenance=provenance, files=files, version=0)
+
+
+def ensure_nominal_twin(root: Path, workcell_name: str,
+                        progress: Callable[[str], None] = lambda _: None) -> TwinBundle:
+    """Load (and verify) the newest version, building v0 first when there is none."""
+    if latest_version(root, workcell_name) is None:
+        progress(f"building the nominal twin {workcell_name} v0 in {root}")
+        build_nominal_twin(root, workcell_name)
+    return load_twin_version(root, workcell_name)
+
+
+def load_scene(bundle: TwinBundle) -> mujoco.MjModel:
+    return mujoco.MjModel.from_xml_path(str(bundle.file_path(SCENE_FILE)))

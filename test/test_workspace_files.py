@@ -1,0 +1,401 @@
+"""Every file of the workspace's launch/, config/ and urdf/ is loaded by a test here.
+
+No ROS node is started: launch files are checked by parsing them (and built with the
+real `launch` when it is installed), parameter files against the parameters the nodes
+declare (read from the node sources with `ast`), physics/workcell/URDF files through the
+loaders the nodes use, the Fast DDS profile for staying on localhost. Also the package
+manifests: package.xml format 3 and one console script per `*_node.py` module.
+"""
+from __future__ import annotations
+
+import ast
+import fnmatch
+import importlib.util
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+from twinloop_twin.physics import load_physics
+from twinloop_twin.workcell import compose_workcell_urdf, load_workcell
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+WORKSPACE_DIRS = ("launch", "config", "urdf")
+# The package whose share/ receives the top-level launch/, config/ and urdf/.
+SHARE_PACKAGE = "twinloop_sim"
+
+# Which test loads which file: first matching pattern wins. A file no pattern matches
+# fails test_every_workspace_file_has_a_loader: add a pattern and a loader test for it.
+LOADERS: list[tuple[str, str]] = [
+    ("launch/*.launch.py", "launch"),
+    ("config/workcell.yaml", "workcell"),
+    ("config/nominal_physics.yaml", "physics"),
+    ("config/emulated_truth*.yaml", "physics"),
+    ("config/fastdds_*.xml", "fastdds"),
+    ("config/*.yaml", "parameters"),  # any other YAML in config/ is a ROS 2 parameter file
+    ("urdf/*.urdf", "urdf"),
+]
+
+# Parameters a node declares that its parameter file need not list: passed by the
+# process that starts it (the emulated workcell starts the camera node with them).
+INTERNAL_PARAMETERS = {
+    "emulated_cameras": {"scene_state", "parent_pid", "truth_file", "workcell_config", "urdf"},
+}
+# Parameter files that document the nodes' defaults: every value equals the declared default.
+DEFAULTS_FILES = {"config/emulated_workcell.yaml"}
+# Executables of other ROS packages that launch files may start.
+EXTERNAL_EXECUTABLES = {("rviz2", "rviz2"), ("robot_state_publisher", "robot_state_publisher")}
+
+
+def _workspace_files() -> list[str]:
+    files = []
+    for folder in WORKSPACE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                files.append(path.relative_to(ROOT).as_posix())
+    return files
+
+
+def _kind(relative: str) -> str | None:
+    for pattern, kind in LOADERS:
+        if fnmatch.fnmatch(relative, pattern):
+            return kind
+    return None
+
+
+def _files_of(kind: str) -> list[str]:
+    return [f for f in _workspace_files() if _kind(f) == kind]
+
+
+def test_every_workspace_file_has_a_loader():
+    unknown = [f for f in _workspace_files() if _kind(f) is None]
+    assert not unknown, (
+        f"no test loads {unknown}: add a (pattern, kind) entry to LOADERS in {Path(__file__).name} "
+        "and a test that loads files of that kind")
+
+
+def test_loaders_cover_something():
+    # A loader list that matches nothing would make every test below vacuous.
+    kinds = {_kind(f) for f in _workspace_files()}
+    assert {"launch", "parameters", "physics", "workcell", "fastdds", "urdf"} <= kinds
+
+
+# ------------------------------------------------------------------ package sources (ast)
+
+def _call_name(node: ast.Call) -> str | None:
+    if isinstance(node.func, ast.Name):
+        return node.func.id
+    if isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return None
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _setup_call(package_dir: Path) -> ast.Call:
+    tree = ast.parse((package_dir / "setup.py").read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n) == "setup"]
+    assert len(calls) == 1, f"{package_dir}/setup.py: expected one setup() call"
+    return calls[0]
+
+
+def console_scripts(package: str) -> dict[str, str]:
+    """{script name: 'module:function'} from src/<package>/setup.py, read with ast."""
+    setup = _setup_call(SRC / package)
+    entry_points = _keyword(setup, "entry_points")
+    if entry_points is None:
+        return {}
+    entries = ast.literal_eval(entry_points).get("console_scripts", [])
+    scripts = {}
+    for entry in entries:
+        name, _, target = entry.partition("=")
+        scripts[name.strip()] = target.strip()
+    return scripts
+
+
+def _literal_key(node: ast.expr | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def declared_parameters() -> dict[str, dict[str, object]]:
+    """{node name: {parameter: default}} from every `*_node.py` under src/.
+
+    The node name is the string passed to `super().__init__(...)`; the parameters are the
+    keys of the dict passed to twinloop_sim.node_support.declare(self, {...}) and any
+    `self.declare_parameter("name", default)` call.
+    """
+    nodes: dict[str, dict[str, object]] = {}
+    for source in sorted(SRC.glob("*/*/*_node.py")):
+        tree = ast.parse(source.read_text())
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            name, params = None, {}
+            for call in (n for n in ast.walk(cls) if isinstance(n, ast.Call)):
+                func = call.func
+                if (isinstance(func, ast.Attribute) and func.attr == "__init__"
+                        and isinstance(func.value, ast.Call) and _call_name(func.value) == "super"):
+                    first = call.args[0] if call.args else _keyword(call, "node_name")
+                    name = _literal_key(first) or name
+                elif _call_name(call) == "declare" and len(call.args) == 2 and isinstance(call.args[1], ast.Dict):
+                    for key, value in zip(call.args[1].keys, call.args[1].values):
+                        default = ast.literal_eval(value)[0] if isinstance(value, ast.Tuple) else None
+                        params[ast.literal_eval(key)] = default
+                elif _call_name(call) == "declare_parameter" and call.args:
+                    key = _literal_key(call.args[0])
+                    if key:
+                        params[key] = ast.literal_eval(call.args[1]) if len(call.args) > 1 else None
+            if name is not None:
+                nodes[name] = params
+    return nodes
+
+
+def test_declared_parameters_are_found():
+    # Guards the ast reading above: if the nodes change how they declare, this says so.
+    nodes = declared_parameters()
+    assert "camera_rate_hz" in nodes.get("emulated_workcell", {}), nodes.keys()
+    assert "scene_state" in nodes.get("emulated_cameras", {}), nodes.keys()
+
+
+# ------------------------------------------------------------------ launch files
+
+def _launch_tree(relative: str) -> ast.Module:
+    return ast.parse((ROOT / relative).read_text(), filename=relative)
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _call_name(n) == name]
+
+
+@pytest.mark.parametrize("relative", _files_of("launch"))
+def test_launch_file_starts_declared_executables(relative):
+    tree = _launch_tree(relative)
+    nodes = _calls(tree, "Node")
+    assert nodes, f"{relative}: starts no Node"
+    for call in nodes:
+        package = _literal_key(_keyword(call, "package"))
+        executable = _literal_key(_keyword(call, "executable"))
+        assert package and executable, f"{relative}:{call.lineno}: Node needs literal package= and executable="
+        if (SRC / package).is_dir():
+            scripts = console_scripts(package)
+            assert executable in scripts, (
+                f"{relative}:{call.lineno}: {package} has no console script '{executable}' "
+                f"(src/{package}/setup.py declares {sorted(scripts)})")
+        else:
+            assert (package, executable) in EXTERNAL_EXECUTABLES, (
+                f"{relative}:{call.lineno}: {package}/{executable} is neither a workspace package nor "
+                "a known external executable (EXTERNAL_EXECUTABLES)")
+
+
+@pytest.mark.parametrize("relative", _files_of("launch"))
+def test_launch_arguments_are_declared_and_used(relative):
+    tree = _launch_tree(relative)
+    declared = {}
+    for call in _calls(tree, "DeclareLaunchArgument"):
+        name = _literal_key(call.args[0] if call.args else _keyword(call, "name"))
+        assert name, f"{relative}:{call.lineno}: DeclareLaunchArgument needs a literal name"
+        assert name not in declared, f"{relative}: argument '{name}' declared twice"
+        assert _keyword(call, "description") is not None, f"{relative}: argument '{name}' has no description"
+        assert _keyword(call, "default_value") is not None, f"{relative}: argument '{name}' has no default"
+        declared[name] = call.lineno
+    used = {_literal_key(c.args[0]) for c in _calls(tree, "LaunchConfiguration") if c.args}
+    assert declared, f"{relative}: declares no argument"
+    assert not set(declared) - used, f"{relative}: declared but never used: {sorted(set(declared) - used)}"
+    assert not used - set(declared), f"{relative}: used but never declared: {sorted(used - set(declared))}"
+
+
+def _referenced_files(tree: ast.AST) -> list[str]:
+    """Share-relative paths built as PathJoinSubstitution([<share>, 'dir', ..., 'file'])."""
+    paths = []
+    for call in _calls(tree, "PathJoinSubstitution"):
+        if not call.args or not isinstance(call.args[0], (ast.List, ast.Tuple)):
+            continue
+        tail = []
+        for element in reversed(call.args[0].elts):
+            text = _literal_key(element)
+            if text is None:
+                break
+            tail.insert(0, text)
+        if tail and "." in tail[-1]:
+            paths.append("/".join(tail))
+    return paths
+
+
+@pytest.mark.parametrize("relative", _files_of("launch"))
+def test_launch_file_references_existing_files(relative):
+    references = _referenced_files(_launch_tree(relative))
+    for reference in references:
+        assert (ROOT / reference).is_file(), (
+            f"{relative} refers to {reference}, which is not in the workspace (and so not in the share)")
+
+
+def test_emulated_workcell_launch_uses_its_parameter_file():
+    # The launch file's default params_file is the shipped one, and it exists.
+    assert "config/emulated_workcell.yaml" in _referenced_files(_launch_tree("launch/emulated_workcell.launch.py"))
+
+
+def _launch_available() -> str | None:
+    try:
+        import launch
+        import launch_ros  # noqa: F401
+    except ImportError as error:
+        return f"ROS 2 `launch`/`launch_ros` not importable ({error}); the PyPI wheels lack them"
+    if not hasattr(launch, "LaunchDescription"):
+        return "the importable `launch` is not ROS 2's"
+    return None
+
+
+@pytest.mark.parametrize("relative", _files_of("launch"))
+def test_launch_description_builds(relative):
+    reason = _launch_available()
+    if reason:
+        pytest.skip(reason)
+    from launch import LaunchDescription
+    spec = importlib.util.spec_from_file_location(Path(relative).stem.replace(".", "_"), ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    description = module.generate_launch_description()
+    assert isinstance(description, LaunchDescription)
+    declared = {a.name for a in description.get_launch_arguments()}
+    assert declared == {_literal_key(c.args[0]) for c in _calls(_launch_tree(relative), "DeclareLaunchArgument")}
+
+
+def test_share_package_installs_workspace_files(monkeypatch):
+    """setup.py of the share package installs every launch/, config/, urdf/ file."""
+    import setuptools  # noqa: F401  (provides distutils on Python >= 3.12)
+    from distutils.core import run_setup
+    package_dir = SRC / SHARE_PACKAGE
+    monkeypatch.chdir(package_dir)  # colcon and pip run setup.py from the package directory
+    distribution = run_setup("setup.py", stop_after="config")
+    installed = set()
+    for destination, sources in distribution.data_files:
+        for source in sources:
+            installed.add((destination, (package_dir / source).resolve()))
+    for relative in _workspace_files():
+        destination = f"share/{SHARE_PACKAGE}/{Path(relative).parent.as_posix()}"
+        assert (destination, (ROOT / relative).resolve()) in installed, (
+            f"{relative} is not installed to {destination} by src/{SHARE_PACKAGE}/setup.py data_files")
+
+
+# ------------------------------------------------------------------ config/
+
+def _python_type(value: object) -> str:
+    # ROS 2 parameter types: a YAML 500 is an integer and is refused for a double parameter.
+    return {bool: "bool", int: "integer", float: "double", str: "string"}.get(type(value), type(value).__name__)
+
+
+@pytest.mark.parametrize("relative", _files_of("parameters"))
+def test_parameter_file_matches_declared_parameters(relative):
+    raw = yaml.safe_load((ROOT / relative).read_text())
+    assert isinstance(raw, dict) and raw, f"{relative}: not a mapping (if it is not a parameter file, add a loader)"
+    nodes = declared_parameters()
+    for key, section in raw.items():
+        assert isinstance(key, str) and key.startswith("/**/"), (
+            f"{relative}: top-level key {key!r} should be '/**/<node name>' (matches the node in any namespace)")
+        node = key[len("/**/"):]
+        assert node in nodes, f"{relative}: no node named '{node}' under src/ (known: {sorted(nodes)})"
+        assert isinstance(section, dict) and list(section) == ["ros__parameters"], (
+            f"{relative}: '{key}' must hold exactly 'ros__parameters'")
+        values = section["ros__parameters"]
+        declared = nodes[node]
+        assert isinstance(values, dict) and values, f"{relative}: '{key}' has no parameters"
+        undeclared = sorted(set(values) - set(declared))
+        assert not undeclared, f"{relative}: {node} does not declare {undeclared}"
+        missing = sorted(set(declared) - set(values) - INTERNAL_PARAMETERS.get(node, set()))
+        assert not missing, f"{relative}: {node} declares {missing}, which this file does not document"
+        for name, value in values.items():
+            assert _python_type(value) == _python_type(declared[name]), (
+                f"{relative}: {node}.{name} is {_python_type(value)} ({value!r}) but declared "
+                f"{_python_type(declared[name])} ({declared[name]!r}); ROS 2 refuses the mismatch")
+            if relative in DEFAULTS_FILES:
+                assert value == declared[name], (
+                    f"{relative} documents the defaults: {node}.{name} is {value!r} here, "
+                    f"{declared[name]!r} in the node; change both")
+
+
+@pytest.mark.parametrize("relative", _files_of("physics"))
+def test_physics_file_loads(relative):
+    physics = load_physics(ROOT / relative)
+    assert physics.command_delay_s >= 0.0
+
+
+@pytest.mark.parametrize("relative", _files_of("workcell"))
+def test_workcell_file_loads(relative):
+    workcell = load_workcell(ROOT / relative, ROOT / "urdf" / "workcell.urdf")
+    assert workcell.cameras, f"{relative}: no camera"
+
+
+FASTDDS = "{http://www.eprosima.com}"
+LOOPBACK = {"UDPv4": "127.0.0.1", "UDPv6": "::1", "TCPv4": "127.0.0.1", "TCPv6": "::1"}
+
+
+def _text(element: ET.Element, path: str) -> str | None:
+    found = element.find(path)
+    return None if found is None or found.text is None else found.text.strip()
+
+
+@pytest.mark.parametrize("relative", _files_of("fastdds"))
+def test_fastdds_profile_stays_on_localhost(relative):
+    root = ET.parse(ROOT / relative).getroot()
+    descriptors = {}
+    for descriptor in root.iter(f"{FASTDDS}transport_descriptor"):
+        kind = _text(descriptor, f"{FASTDDS}type")
+        descriptors[_text(descriptor, f"{FASTDDS}transport_id")] = kind
+        if kind == "SHM":
+            continue
+        assert kind in LOOPBACK, f"{relative}: transport type {kind!r} is not checked by this test; add it"
+        addresses = [a.text.strip() for a in descriptor.iter(f"{FASTDDS}address") if a.text]
+        assert addresses, f"{relative}: {kind} transport has no interface allowlist: it would use every interface"
+        assert set(addresses) == {LOOPBACK[kind]}, f"{relative}: {kind} transport allows {addresses}"
+    participants = list(root.iter(f"{FASTDDS}participant"))
+    assert participants, f"{relative}: no participant profile"
+    for participant in participants:
+        assert _text(participant, f"{FASTDDS}rtps/{FASTDDS}useBuiltinTransports") == "false", (
+            f"{relative}: participant {participant.get('profile_name')} keeps the built-in transports, "
+            "which listen on every interface")
+        used = [t.text.strip() for t in participant.iter(f"{FASTDDS}transport_id")]
+        assert used and set(used) <= set(descriptors), (
+            f"{relative}: participant uses transports {used}, declared are {sorted(descriptors)}")
+
+
+# ------------------------------------------------------------------ urdf/
+
+@pytest.mark.parametrize("relative", _files_of("urdf"))
+def test_urdf_composes(relative):
+    composed = ET.fromstring(compose_workcell_urdf(ROOT / relative))
+    assert composed.tag == "robot"
+    links = {link.get("name") for link in composed.iter("link")}
+    assert "world" in links and any(name.startswith("panda_") for name in links)
+
+
+# ------------------------------------------------------------------ packages under src/
+
+PACKAGES = sorted(p.parent.name for p in SRC.glob("*/package.xml"))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_package_xml_is_format_3(package):
+    manifest = ET.parse(SRC / package / "package.xml").getroot()
+    assert manifest.get("format") == "3", f"src/{package}/package.xml: use <package format=\"3\">"
+    assert _text(manifest, "name") == package, f"src/{package}/package.xml: <name> differs from its folder"
+
+
+def _build_type(package: str) -> str | None:
+    return _text(ET.parse(SRC / package / "package.xml").getroot(), "export/build_type")
+
+
+@pytest.mark.parametrize("package", [p for p in PACKAGES if _build_type(p) == "ament_python"])
+def test_every_node_module_has_a_console_script(package):
+    scripts = console_scripts(package)
+    targets = {target.partition(":")[0] for target in scripts.values()}
+    for module in sorted((SRC / package / package).glob("*_node.py")):
+        dotted = f"{package}.{module.stem}"
+        assert dotted in targets, f"src/{package}/setup.py: no console script runs {dotted}"
+    for name, target in scripts.items():
+        module = target.partition(":")[0]
+        path = SRC / package / Path(*module.split("."))
+        assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), (
+            f"src/{package}/setup.py: console script '{name}' points at missing module {module}")
