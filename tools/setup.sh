@@ -65,7 +65,7 @@ create_venv() {
     log "creating $VENV with $($python --version)"
     if [[ $system_site == 1 ]]; then "$python" -m venv --system-site-packages "$VENV"
     else "$python" -m venv "$VENV"; fi
-    "$PY" -m pip install -q --upgrade pip setuptools wheel
+    "$PY" -m pip install -q --upgrade pip setuptools wheel 2>&1 | grep -v "is ignored: it is neither" || true
   fi
 }
 
@@ -170,8 +170,11 @@ setup_with_system_ros() {
   install_debian_packages
   create_venv 1
   pip_install_requirements "$ROOT/tools/requirements.txt"
-  command -v colcon >/dev/null || die "colcon not found: sudo apt install python3-colcon-common-extensions"
-  (cd "$ROOT" && colcon build --symlink-install)
+  # colcon from the venv's interpreter, so that installed entry points run with the
+  # venv's packages (mujoco, torch, ...) beside the system's rclpy.
+  "$PY" -c 'import colcon_core' 2>/dev/null \
+    || die "colcon not found: sudo apt install python3-colcon-common-extensions"
+  (cd "$ROOT" && "$PY" -m colcon build --symlink-install)
   log "done: source $ROOT/install/setup.bash before running nodes"
 }
 

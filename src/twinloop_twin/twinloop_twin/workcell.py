@@ -120,11 +120,24 @@ def _repo_share_root() -> Path | None:
     return root if (root / "urdf" / "workcell.urdf").is_file() else None
 
 
+def _installed_share_root() -> Path | None:
+    """share/twinloop_sim of a colcon install, which carries config/ and urdf/."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+    except ImportError:
+        return None
+    try:
+        share = Path(get_package_share_directory("twinloop_sim"))
+    except PackageNotFoundError:
+        return None
+    return share if (share / "urdf" / "workcell.urdf").is_file() else None
+
+
 def _share_root() -> Path:
     share = os.environ.get(SHARE_ENV)
     if share:
         return Path(share)
-    root = _repo_share_root()
+    root = _repo_share_root() or _installed_share_root()
     if root is None:
         raise FileNotFoundError(
             f"cannot find twinloop's config/ and urdf/: not running from the source tree and ${SHARE_ENV} "
