@@ -90,7 +90,7 @@ def test_tracking_report_recovers_a_latency_on_the_demo_motion():
 
 def _ramps(t: np.ndarray) -> np.ndarray:
     """Constant-velocity commands: linear interpolation between 100 Hz samples is exact."""
-    return np.maximum(t, 0.0)[:, None] * np.array([0.1, -0.2, 0.05])
+    return t[:, None] * np.array([0.1, -0.2, 0.05])
 
 
 def test_tracking_report_rms_and_max_of_a_known_offset_and_ripple():
@@ -106,6 +106,15 @@ def test_tracking_report_rms_and_max_of_a_known_offset_and_ripple():
     # the sampled peak within 0.1 % of A
     assert report.rms_rad["j3"] == pytest.approx(0.02 / np.sqrt(2), rel=2e-3)
     assert report.max_rad["j3"] == pytest.approx(0.02, rel=1e-3)
+
+
+def test_tracking_errors_are_against_the_command_as_sent_not_the_latency_aligned_one():
+    # a ramp of velocity v delayed by 50 ms lags the command by exactly 0.05 v
+    report = tracking_report(COMMAND_T, _ramps(COMMAND_T), STATE_T, _ramps(STATE_T - 0.05), NAMES)
+    assert report.latency_s == pytest.approx(0.05, abs=0.002)
+    for name, velocity in zip(NAMES, (0.1, -0.2, 0.05)):
+        assert report.rms_rad[name] == pytest.approx(0.05 * abs(velocity), rel=1e-9)
+        assert report.max_rad[name] == pytest.approx(0.05 * abs(velocity), rel=1e-9)
 
 
 def test_tracking_report_ignores_states_outside_the_command_window():
