@@ -178,6 +178,11 @@ setup_with_system_ros() {
   log "done: source $ROOT/install/setup.bash before running nodes"
 }
 
+# One setup at a time per checkout: two concurrent runs would build into the same venv.
+mkdir -p "$ROOT/build"
+exec 9>"$ROOT/build/.setup.lock"
+flock 9
+
 start=$(date +%s)
 if [[ -n "${ROS_DISTRO:-}" ]] && python3 -c 'import rclpy' 2>/dev/null; then
   setup_with_system_ros
