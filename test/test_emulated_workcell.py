@@ -207,7 +207,7 @@ def test_second_truth_changes_the_step_response(tmp_path):
                         - load_physics(config / "emulated_truth.yaml").command_delay_s)
     print(f"latency {fast[0] * 1e3:.1f} vs {slow[0] * 1e3:.1f} ms, rise {fast[1] * 1e3:.0f} vs {slow[1] * 1e3:.0f} ms")
     # The hidden delay shows in the measured latency (DDS and scheduling add a few ms to both).
-    assert slow[0] - fast[0] == pytest.approx(delay_difference, abs=0.004)
+    assert slow[0] - fast[0] == pytest.approx(delay_difference, abs=0.006)
     assert slow[1] > fast[1]
 
 

@@ -35,6 +35,7 @@ LOADERS: list[tuple[str, str]] = [
     ("config/nominal_physics.yaml", "physics"),
     ("config/emulated_truth*.yaml", "physics"),
     ("config/fastdds_*.xml", "fastdds"),
+    ("config/recording.yaml", "recording_profiles"),
     ("config/*.yaml", "parameters"),  # any other YAML in config/ is a ROS 2 parameter file
     ("urdf/*.urdf", "urdf"),
 ]
@@ -42,7 +43,7 @@ LOADERS: list[tuple[str, str]] = [
 # Parameters a node declares that its parameter file need not list: passed by the
 # process that starts it (the emulated workcell starts the camera node with them).
 INTERNAL_PARAMETERS = {
-    "emulated_cameras": {"scene_state", "parent_pid", "truth_file", "workcell_config", "urdf"},
+    "emulated_cameras": {"scene_state", "parent_pid", "truth_file", "workcell_config", "urdf", "twin_path"},
 }
 # Parameter files that document the nodes' defaults: every value equals the declared default.
 DEFAULTS_FILES = {"config/emulated_workcell.yaml"}
@@ -122,28 +123,57 @@ def _literal_key(node: ast.expr | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
+def _module_dicts(tree: ast.Module) -> dict[str, ast.Dict]:
+    """Module-level `NAME = {...}` dict literals (parameter tables such as PARAMETERS)."""
+    return {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Dict) for target in node.targets if isinstance(target, ast.Name)}
+
+
+def _parameter_table(table: ast.Dict) -> dict[str, object]:
+    """{name: default} of a `{name: (default, description)}` table; non-literal defaults are None."""
+    out = {}
+    for key, value in zip(table.keys, table.values):
+        default = value.elts[0] if isinstance(value, ast.Tuple) and value.elts else None
+        try:
+            out[ast.literal_eval(key)] = ast.literal_eval(default) if default is not None else None
+        except ValueError:
+            out[ast.literal_eval(key)] = None
+    return out
+
+
+# Base classes whose constructors declare parameters from a table of their own module.
+SERVER_BASES = {"WorkcellServer": (SRC / "twinloop_sim/twinloop_sim/workcell_server.py", "COMMON_PARAMETERS")}
+
+
 def declared_parameters() -> dict[str, dict[str, object]]:
     """{node name: {parameter: default}} from every `*_node.py` under src/.
 
     The node name is the string passed to `super().__init__(...)`; the parameters are the
-    keys of the dict passed to twinloop_sim.node_support.declare(self, {...}) and any
-    `self.declare_parameter("name", default)` call.
+    keys of the dict passed to twinloop_sim.node_support.declare(self, {...}), of a
+    module-level table passed to `super().__init__(name, TABLE, ...)` (plus the base
+    class's own table, see SERVER_BASES), and any `self.declare_parameter("name", default)`.
     """
     nodes: dict[str, dict[str, object]] = {}
     for source in sorted(SRC.glob("*/*/*_node.py")):
         tree = ast.parse(source.read_text())
+        tables = _module_dicts(tree)
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
             name, params = None, {}
+            for base in cls.bases:
+                if isinstance(base, ast.Name) and base.id in SERVER_BASES:
+                    path, table = SERVER_BASES[base.id]
+                    params.update(_parameter_table(_module_dicts(ast.parse(path.read_text()))[table]))
             for call in (n for n in ast.walk(cls) if isinstance(n, ast.Call)):
                 func = call.func
                 if (isinstance(func, ast.Attribute) and func.attr == "__init__"
                         and isinstance(func.value, ast.Call) and _call_name(func.value) == "super"):
                     first = call.args[0] if call.args else _keyword(call, "node_name")
                     name = _literal_key(first) or name
+                    for arg in call.args[1:]:
+                        if isinstance(arg, ast.Name) and arg.id in tables:
+                            params.update(_parameter_table(tables[arg.id]))
                 elif _call_name(call) == "declare" and len(call.args) == 2 and isinstance(call.args[1], ast.Dict):
-                    for key, value in zip(call.args[1].keys, call.args[1].values):
-                        default = ast.literal_eval(value)[0] if isinstance(value, ast.Tuple) else None
-                        params[ast.literal_eval(key)] = default
+                    params.update(_parameter_table(call.args[1]))
                 elif _call_name(call) == "declare_parameter" and call.args:
                     key = _literal_key(call.args[0])
                     if key:
@@ -158,6 +188,7 @@ def test_declared_parameters_are_found():
     nodes = declared_parameters()
     assert "camera_rate_hz" in nodes.get("emulated_workcell", {}), nodes.keys()
     assert "scene_state" in nodes.get("emulated_cameras", {}), nodes.keys()
+    assert {"twin_path", "real_time", "seed"} <= set(nodes.get("sim_bridge", {})), nodes.keys()
 
 
 # ------------------------------------------------------------------ launch files
@@ -326,6 +357,13 @@ def test_physics_file_loads(relative):
 def test_workcell_file_loads(relative):
     workcell = load_workcell(ROOT / relative, ROOT / "urdf" / "workcell.urdf")
     assert workcell.cameras, f"{relative}: no camera"
+
+
+@pytest.mark.parametrize("relative", _files_of("recording_profiles"))
+def test_recording_profiles_load(relative):
+    from twinloop_logging.profiles import load_profiles
+    profiles = load_profiles(ROOT / relative)
+    assert {"calibration", "identification", "trial", "all"} <= set(profiles), f"{relative}: {sorted(profiles)}"
 
 
 FASTDDS = "{http://www.eprosima.com}"

@@ -31,6 +31,7 @@ setup(
         'console_scripts': [
             'emulated_workcell = twinloop_sim.emulated_workcell_node:main',
             'emulated_cameras = twinloop_sim.emulated_cameras_node:main',
+            'sim_bridge = twinloop_sim.sim_bridge_node:main',
             'workcell_demo = twinloop_sim.demo:main',
         ],
     },

@@ -9,6 +9,7 @@ physics state the frame shows.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -18,7 +19,9 @@ from twinloop_sim.contract import ContractTopics
 from twinloop_sim.messages import camera_info_msg, image_msg, stamp_from_ns
 from twinloop_sim.node_support import StartupError, declare, load_sim_inputs, run_node
 from twinloop_sim.scene_state import SceneStateReader
-from twinloop_sim.workcell_sim import CameraRig
+from twinloop_sim.workcell_sim import NO_NOISE, CameraRig
+from twinloop_twin.bundle import load_twin
+from twinloop_twin.nominal import load_scene, load_twin_workcell
 from twinloop_twin.scene import compile_workcell
 
 # Reliable (realsense-ros default) so reliable and best-effort subscribers both match;
@@ -32,6 +35,7 @@ class EmulatedCameras(Node):
         p = declare(self, {
             "scene_state": ("", "name of the shared scene-state block written by the physics node"),
             "truth_file": ("", "physics YAML (camera noise); empty: config/emulated_truth.yaml"),
+            "twin_path": ("", "render this twin version's scene instead (noise-free); set by the sim bridge"),
             "workcell_config": ("", "workcell YAML; empty: config/workcell.yaml"),
             "urdf": ("", "workcell URDF; empty: urdf/workcell.urdf"),
             "seed": (1, "seed of the image noise"),
@@ -41,10 +45,15 @@ class EmulatedCameras(Node):
         if not p["scene_state"]:
             raise StartupError("parameter scene_state is empty: this node is started by the "
                                "emulated workcell or the sim bridge, which pass it")
-        inputs = load_sim_inputs(p["truth_file"], p["workcell_config"], p["urdf"])
+        if p["twin_path"]:
+            twin = load_twin(Path(p["twin_path"]))
+            model, cameras, noise = load_scene(twin), load_twin_workcell(twin).cameras, NO_NOISE
+        else:
+            inputs = load_sim_inputs(p["truth_file"], p["workcell_config"], p["urdf"])
+            model = compile_workcell(inputs.workcell, inputs.physics)
+            cameras, noise = inputs.workcell.cameras, inputs.physics.noise
         self.state = SceneStateReader(p["scene_state"])
-        model = compile_workcell(inputs.workcell, inputs.physics)
-        self.rig = CameraRig(model, inputs.workcell.cameras, inputs.physics.noise, seed=p["seed"])
+        self.rig = CameraRig(model, cameras, noise, seed=p["seed"])
         self.parent_pid = p["parent_pid"]
         self.publishers_by_camera = {}
         for camera in self.rig.cameras:

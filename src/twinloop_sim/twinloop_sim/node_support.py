@@ -1,7 +1,9 @@
 """Small pieces every twinloop_sim node shares: parameters, inputs, executor, lifecycle."""
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -10,9 +12,9 @@ from typing import Any, Callable
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy._rclpy_pybind11 import RCLError
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 
 from twinloop_twin.physics import PhysicsConfigError, WorkcellPhysics, load_physics
 from twinloop_twin.workcell import (ExampleRobotDataMissing, WorkcellConfigError, WorkcellDescription,
@@ -78,8 +80,14 @@ def make_executor() -> Callable[[], Any]:
 
 
 def run_node(node_class: type[Node], args=None, *, executor: Callable[[], Any] | None = None) -> None:
-    """init, spin, clean shutdown on Ctrl-C / SIGTERM / external shutdown; exit 2 on bad input."""
-    rclpy.init(args=args)
+    """init, spin, clean shutdown on Ctrl-C / SIGTERM / external shutdown; exit 2 on bad input.
+
+    SIGINT and SIGTERM only raise a flag that the spin loop checks: an exception thrown
+    into whatever callback happens to run (rclpy's default) would abort it half-way.
+    """
+    stop = threading.Event()
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     node = None
     code = 0
     try:
@@ -88,13 +96,10 @@ def run_node(node_class: type[Node], args=None, *, executor: Callable[[], Any] |
         spinner.add_node(node)
         # spin_once in a loop: EventsExecutor.spin() of the Kilted wheels never returns
         # and fires no timer, while its spin_once() keeps ~0.2 ms p99 timer jitter.
-        while rclpy.ok():
+        while rclpy.ok() and not stop.is_set():
             spinner.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except RCLError:
-        if rclpy.ok():
-            raise  # a real failure, not a publish racing the shutdown
     except StartupError as error:
         print(f"[{node_class.__name__}] ERROR: {error}", file=sys.stderr, flush=True)
         code = 2
@@ -102,5 +107,7 @@ def run_node(node_class: type[Node], args=None, *, executor: Callable[[], Any] |
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if code:
         sys.exit(code)

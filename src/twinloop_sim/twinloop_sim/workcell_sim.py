@@ -20,6 +20,10 @@ from twinloop_twin.workcell import CameraIntrinsics, WorkcellDescription
 from twinloop_sim.contract import CommandRejected, parse_joint_command
 
 
+NO_NOISE = SensorNoise(joint_position_std_rad=0.0, joint_velocity_std_rad_s=0.0, joint_effort_std_nm=0.0,
+                       depth_std_m=0.0, color_std=0.0)
+
+
 @dataclass(frozen=True)
 class JointStateSample:
     names: tuple[str, ...]
@@ -31,10 +35,18 @@ class JointStateSample:
 class WorkcellSimulation:
     """MuJoCo physics of the workcell, commanded by joint position targets."""
 
-    def __init__(self, workcell: WorkcellDescription, physics: WorkcellPhysics, *, seed: int = 0,
-                 model: mujoco.MjModel | None = None) -> None:
+    def __init__(self, workcell: WorkcellDescription, physics: WorkcellPhysics | None = None, *,
+                 seed: int = 0, model: mujoco.MjModel | None = None,
+                 noise: SensorNoise | None = None) -> None:
+        """Built from a physics hypothesis, or from a compiled `model` (a twin's scene).
+
+        Sensor noise comes from `noise`, else from the physics; a twin served without
+        either predicts noise-free.
+        """
+        if physics is None and model is None:
+            raise ValueError("give a physics hypothesis or a compiled model")
         self.workcell = workcell
-        self.physics = physics
+        self.noise = noise or (physics.noise if physics is not None else NO_NOISE)
         self.model = model if model is not None else compile_workcell(workcell, physics)
         self.data = mujoco.MjData(self.model)
         self.joint_names = tuple(ALL_JOINTS)
@@ -92,7 +104,7 @@ class WorkcellSimulation:
 
     def joint_state(self) -> JointStateSample:
         """What the joint encoders and torque sensors report, with the configured noise."""
-        noise: SensorNoise = self.physics.noise
+        noise = self.noise
         n = len(self.joint_names)
         position = self.data.qpos[self._qpos] + self._rng.normal(0.0, noise.joint_position_std_rad, n)
         velocity = self.data.qvel[self._dof] + self._rng.normal(0.0, noise.joint_velocity_std_rad_s, n)

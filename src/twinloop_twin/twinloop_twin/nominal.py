@@ -6,6 +6,7 @@ it stays loadable and identical whatever is installed later.
 """
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable
@@ -78,18 +79,27 @@ def scene_files(workcell: WorkcellDescription, physics: WorkcellPhysics) -> dict
 def build_nominal_twin(root: Path, workcell_name: str, *, config_dir: Path | None = None,
                        urdf_path: Path | None = None) -> TwinBundle:
     config_dir = config_dir or default_config_dir()
-    physics_path = config_dir / "nominal_physics.yaml"
-    workcell = load_workcell(config_dir, urdf_path)
+    return build_twin_from_physics(root, workcell_name, config_dir / "nominal_physics.yaml", version=0,
+                                   created_by="nominal", source="nominal",
+                                   note="nominal twin from urdf/ and config/ (no recording used)",
+                                   config_dir=config_dir, urdf_path=urdf_path)
+
+
+def build_twin_from_physics(root: Path, workcell_name: str, physics_path: Path, *, created_by: str,
+                            source: str, note: str, version: int | None = None,
+                            parent_version: int | None = None, config_dir: Path | None = None,
+                            urdf_path: Path | None = None) -> TwinBundle:
+    """A twin whose physics are a given hypothesis file (v0 from the nominal one)."""
+    workcell = load_workcell(config_dir or default_config_dir(), urdf_path)
     physics = load_physics(physics_path)
     files = scene_files(workcell, physics)
-    # The inputs travel with the twin (and are hashed), so v0 is reproducible from itself.
-    files["inputs/nominal_physics.yaml"] = physics_path
+    # The inputs travel with the twin (and are hashed), so it is reproducible from itself.
+    files["inputs/physics.yaml"] = Path(physics_path)
     files["inputs/workcell.yaml"] = workcell.config_path
     files["inputs/workcell_description.urdf"] = workcell.urdf_path
-    provenance = Provenance(created_by="nominal", parent_version=None,
-                            note="nominal twin from urdf/ and config/ (no recording used)")
-    return write_twin_version(root, workcell_name, parameters=physics_parameters(physics, source="nominal"),
-                              provenance=provenance, files=files, version=0)
+    provenance = Provenance(created_by=created_by, parent_version=parent_version, note=note)
+    return write_twin_version(root, workcell_name, parameters=physics_parameters(physics, source=source),
+                              provenance=provenance, files=files, version=version)
 
 
 def ensure_nominal_twin(root: Path, workcell_name: str,
@@ -103,3 +113,10 @@ def ensure_nominal_twin(root: Path, workcell_name: str,
 
 def load_scene(bundle: TwinBundle) -> mujoco.MjModel:
     return mujoco.MjModel.from_xml_path(str(bundle.file_path(SCENE_FILE)))
+
+
+def load_twin_workcell(bundle: TwinBundle) -> WorkcellDescription:
+    """The workcell description a twin was built from, with the twin's own composed URDF."""
+    workcell = load_workcell(bundle.file_path("inputs/workcell.yaml"),
+                             bundle.file_path("inputs/workcell_description.urdf"))
+    return dataclasses.replace(workcell, urdf_xml=bundle.file_path(URDF_FILE).read_text())
