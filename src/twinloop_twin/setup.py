@@ -18,6 +18,7 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
+            'twinloop-twin = twinloop_twin.cli:main',
         ],
     },
 )
