@@ -32,6 +32,8 @@ setup(
             'emulated_workcell = twinloop_sim.emulated_workcell_node:main',
             'emulated_cameras = twinloop_sim.emulated_cameras_node:main',
             'sim_bridge = twinloop_sim.sim_bridge_node:main',
+            'replay_server = twinloop_sim.replay_node:main',
+            'twinloop-replay = twinloop_sim.replay_cli:main',
             'workcell_demo = twinloop_sim.demo:main',
         ],
     },

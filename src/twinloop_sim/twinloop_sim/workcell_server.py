@@ -34,7 +34,9 @@ LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
 # Reliable so that reliable subscribers (robot_state_publisher, recorders) match too; deep
 # enough that a reader keeps up with bursts (catch-up ticks, as-fast-as-possible runs).
 STREAM = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-MAX_LAG_S = 0.1  # behind wall time by more than this: skip ahead instead of catching up
+# Behind wall time by more than this: skip ahead instead of catching up. Up to it, a stall of
+# the process (a loaded host) is caught up, sample by sample, so stamps never jump.
+MAX_LAG_S = 1.0
 FAST_BATCH_S = 0.05  # simulated seconds per callback when running as fast as possible
 
 COMMON_PARAMETERS = {
@@ -70,7 +72,8 @@ class WorkcellServer(Node):
         self.joint_state_pub = self.create_publisher(JointState, topics.joint_states, STREAM)
         self.tf_pub = self.create_publisher(TFMessage, topics.tf, STREAM)
         self.clock_pub = self.create_publisher(Clock, topics.clock, STREAM) if simulated_clock else None
-        self.box_pose_pub = self.create_publisher(PoseStamped, "~/box_pose", STREAM)
+        # under /twinloop/ so that the recording profiles (identification, trial) keep it
+        self.box_pose_pub = self.create_publisher(PoseStamped, f"/twinloop/{node_name}/box_pose", STREAM)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", STREAM)
         self.status_pub = self.create_publisher(SystemStatus, "~/status", LATCHED)
         self.create_publisher(String, topics.robot_description, LATCHED).publish(String(data=self.served.urdf_xml))

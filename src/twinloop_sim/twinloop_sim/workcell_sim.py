@@ -92,6 +92,12 @@ class WorkcellSimulation:
             self.data.ctrl[self._actuator[name]] = min(max(target, low), high)
         return targets
 
+    def actuator_targets(self, targets: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """(actuator ids, clamped ctrl values) of validated targets, to apply many times fast."""
+        ids = np.array([self._actuator[n] for n in targets], dtype=int)
+        values = np.array([min(max(t, self._ctrl_range[n][0]), self._ctrl_range[n][1]) for n, t in targets.items()])
+        return ids, values
+
     def targets(self) -> dict[str, float]:
         return {j: float(self.data.ctrl[a]) for j, a in self._actuator.items()}
 
@@ -114,13 +120,30 @@ class WorkcellSimulation:
     def true_joint_positions(self) -> dict[str, float]:
         return {n: float(self.data.qpos[a]) for n, a in zip(self.joint_names, self._qpos)}
 
+    @property
+    def qpos_addresses(self) -> np.ndarray:
+        """qpos indices of `joint_names`, in that order."""
+        return self._qpos
+
+    def set_box_position(self, xyz) -> None:
+        start = self._box_qpos_slice().start
+        self.data.qpos[start:start + 3] = xyz
+        mujoco.mj_forward(self.model, self.data)
+
     def box_qpos(self) -> np.ndarray:
         return self.data.qpos[self._box_qpos_slice()].copy()
 
     def _box_qpos_slice(self) -> slice:
-        joint = self.model.body(self.workcell.box.link).jntadr[0]
-        start = self.model.jnt_qposadr[joint]
-        return slice(start, start + 7)
+        if not hasattr(self, "_box_slice"):
+            joint = self.model.body(self.workcell.box.link).jntadr[0]
+            start = int(self.model.jnt_qposadr[joint])
+            self._box_slice = slice(start, start + 7)
+        return self._box_slice
+
+    @property
+    def box_qpos_slice(self) -> slice:
+        """qpos slice of the box's free joint (position xyz, then quaternion wxyz)."""
+        return self._box_qpos_slice()
 
 
 NOISE_BANK = 8  # pre-drawn image noise frames per camera resolution

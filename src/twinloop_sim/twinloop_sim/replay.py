@@ -1,0 +1,213 @@
+"""Replay a recorded run in a twin: same initial state, same command stream at the recorded
+times; compare the twin's response with what the robot did. Pure Python (no rclpy).
+
+The recorded commands are applied at the time the recorder received them (its log time:
+on the workcell host that is when the driver received them too), the twin is stepped as
+fast as it computes, and its response is sampled at the physics rate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from twinloop_logging.bag_reader import BagError, open_bag
+from twinloop_sim.contract import CommandRejected, parse_joint_command
+from twinloop_sim.workcell_sim import WorkcellSimulation
+from twinloop_twin.kinematics import UrdfTransforms
+
+COMMAND_TOPIC = "/joint_command"
+STATE_TOPIC = "/joint_states"
+BOX_TOPIC_SUFFIX = "/box_pose"
+END_EFFECTOR = "panda_hand_tcp"
+MAX_ALIGNMENT_S = 0.05
+
+
+class ReplayError(ValueError):
+    """The bag cannot be replayed; the message says why and what to record instead."""
+
+
+@dataclass
+class RecordedRun:
+    joint_names: list[str]
+    state_t: np.ndarray  # (N,) s from the first joint state
+    state_q: np.ndarray  # (N, J)
+    commands: list[tuple[float, dict[str, float]]]  # (t, targets), in time order
+    box_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    box_xyz: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    start_ns: int = 0
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    joint_names: list[str]
+    joint_rmse_rad: np.ndarray
+    end_effector_rmse_m: float
+    box_final_position_error_m: float  # NaN when the bag has no box pose
+    time_offset_s: float  # shift that best aligns replayed with recorded motion
+    twin_t: np.ndarray
+    twin_q: np.ndarray
+    twin_box_xyz: np.ndarray
+
+
+def load_recorded_run(bag_path: Path | str, commandable: list[str]) -> RecordedRun:
+    try:
+        with open_bag(bag_path) as bag:
+            if COMMAND_TOPIC not in bag.topics or bag.topics[COMMAND_TOPIC].count == 0:
+                raise ReplayError(f"bag {bag_path} has no {COMMAND_TOPIC} messages, so there is nothing to "
+                                  "replay: record runs with the 'trial' or 'identification' profile")
+            states = bag.joint_states(STATE_TOPIC)
+            start_ns = int(states.stamps_ns[0])
+            commands = []
+            for message in bag.messages([COMMAND_TOPIC]):
+                try:
+                    targets = parse_joint_command(message.msg.name, message.msg.position, commandable)
+                except CommandRejected as error:
+                    raise ReplayError(f"bag {bag_path}: a recorded command does not fit this twin: {error}") from error
+                commands.append(((message.log_time_ns - start_ns) * 1e-9, targets))
+            box_topic = next((t for t in bag.topics if t.startswith("/twinloop/") and t.endswith(BOX_TOPIC_SUFFIX)), None)
+            box_t, box_xyz = np.zeros(0), np.zeros((0, 3))
+            if box_topic:
+                poses = list(bag.messages([box_topic]))
+                box_t = np.array([(_stamp_ns(m.msg) - start_ns) * 1e-9 for m in poses])
+                box_xyz = np.array([[m.msg.pose.position.x, m.msg.pose.position.y, m.msg.pose.position.z] for m in poses])
+    except BagError as error:
+        raise ReplayError(str(error)) from error
+    missing = [j for j in commandable if j not in states.names]
+    if missing:
+        raise ReplayError(f"bag {bag_path}: {STATE_TOPIC} lacks joints {missing} of this twin "
+                          f"(recorded joints: {states.names}); was it recorded on another robot?")
+    return RecordedRun(list(states.names), (states.stamps_ns - start_ns) * 1e-9, states.position,
+                       sorted(commands, key=lambda c: c[0]), box_t, box_xyz, start_ns)
+
+
+def replay(run: RecordedRun, sim: WorkcellSimulation, kinematics: UrdfTransforms, *,
+           period_s: float = 0.002) -> ReplayResult:
+    initial = {name: float(q) for name, q in zip(run.joint_names, run.state_q[0]) if name in sim.joint_names}
+    sim.reset(initial, reset_box=True)
+    if len(run.box_t):
+        sim.set_box_position(run.box_xyz[0])
+    end_s = float(run.state_t[-1])
+    samples = int(end_s / period_s) + 1
+    steps_per_sample = max(1, int(round(period_s / sim.timestep_s)))
+    twin_t = np.arange(samples) * steps_per_sample * sim.timestep_s
+    qpos_log = np.empty((samples, sim.model.nq))
+    # validated once when loaded; here only resolved to actuator ids (the loop is hot)
+    commands = [(t, *sim.actuator_targets(targets)) for t, targets in run.commands]
+    next_command = 0
+    model, data = sim.model, sim.data
+    qpos_log[0] = data.qpos
+    for k in range(1, samples):
+        # commands due in the coming period take effect at its start, as in the servers
+        while next_command < len(commands) and commands[next_command][0] <= twin_t[k - 1]:
+            _, ids, values = commands[next_command]
+            data.ctrl[ids] = values
+            next_command += 1
+        mujoco.mj_step(model, data, nstep=steps_per_sample)
+        qpos_log[k] = data.qpos
+    twin_q = qpos_log[:, sim.qpos_addresses]
+    twin_box = qpos_log[:, sim.box_qpos_slice][:, :3]
+    return _compare(run, sim, kinematics, twin_t, twin_q, twin_box)
+
+
+def _compare(run: RecordedRun, sim: WorkcellSimulation, kinematics: UrdfTransforms, twin_t: np.ndarray,
+             twin_q: np.ndarray, twin_box: np.ndarray) -> ReplayResult:
+    columns = [run.joint_names.index(n) for n in sim.joint_names]
+    recorded = run.state_q[:, columns]
+    predicted = np.stack([np.interp(run.state_t, twin_t, twin_q[:, j]) for j in range(twin_q.shape[1])], axis=1)
+    rmse = np.sqrt(np.mean((predicted - recorded) ** 2, axis=0))
+    every = max(1, len(run.state_t) // 500)  # FK on a subsample: ~500 poses are plenty for an RMSE
+    ee_errors = [np.linalg.norm(
+        kinematics.world_T_link(END_EFFECTOR, dict(zip(sim.joint_names, predicted[i])))[:3, 3]
+        - kinematics.world_T_link(END_EFFECTOR, dict(zip(sim.joint_names, recorded[i])))[:3, 3])
+        for i in range(0, len(run.state_t), every)]
+    box_error = float(np.linalg.norm(twin_box[-1] - run.box_xyz[-1])) if len(run.box_t) else float("nan")
+    return ReplayResult(list(sim.joint_names), rmse, float(np.sqrt(np.mean(np.square(ee_errors)))), box_error,
+                        _alignment_s(run.state_t, recorded, twin_t, twin_q), twin_t, twin_q, twin_box)
+
+
+def _alignment_s(state_t, recorded, twin_t, twin_q, resolution_s: float = 0.001) -> float:
+    """Shift of the replayed motion (positive: the twin lags) that minimises the error."""
+    best, best_cost = 0.0, np.inf
+    for shift in np.arange(-MAX_ALIGNMENT_S, MAX_ALIGNMENT_S + resolution_s / 2, resolution_s):
+        shifted = np.stack([np.interp(state_t + shift, twin_t, twin_q[:, j]) for j in range(twin_q.shape[1])], axis=1)
+        cost = float(np.mean((shifted - recorded) ** 2))
+        if cost < best_cost:
+            best, best_cost = float(shift), cost
+    return best
+
+
+def _stamp_ns(msg) -> int:
+    return int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
+
+
+SIM_PREFIX = "/twinloop/sim"
+
+
+def write_replay_bag(output: Path, run: RecordedRun, result: ReplayResult, *, every: int = 1) -> Path:
+    """The twin's response as a rosbag2 MCAP bag: the recorded topics under /twinloop/sim/."""
+    from twinloop_logging.bag_writer import BagWriter
+    from twinloop_logging.typedefs import TypeResolver
+
+    resolver = TypeResolver()
+    store = resolver.typestore
+    JointState, Header, Time = (store.types[t] for t in ("sensor_msgs/msg/JointState", "std_msgs/msg/Header",
+                                                         "builtin_interfaces/msg/Time"))
+    Pose, PoseStamped, Point, Quaternion = (store.types[t] for t in (
+        "geometry_msgs/msg/Pose", "geometry_msgs/msg/PoseStamped", "geometry_msgs/msg/Point",
+        "geometry_msgs/msg/Quaternion"))
+    writer = BagWriter(output)
+    try:
+        writer.add_topic(f"{SIM_PREFIX}/joint_states", resolver.definition("sensor_msgs/msg/JointState"))
+        writer.add_topic(f"{SIM_PREFIX}/box_pose", resolver.definition("geometry_msgs/msg/PoseStamped"))
+        empty = np.zeros(0)
+        for k in range(0, len(result.twin_t), every):
+            stamp_ns = run.start_ns + int(round(result.twin_t[k] * 1e9))
+            header = Header(stamp=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000),
+                            frame_id="")
+            msg = JointState(header=header, name=list(result.joint_names), position=result.twin_q[k].copy(),
+                             velocity=empty, effort=empty)
+            writer.write(f"{SIM_PREFIX}/joint_states", store.serialize_cdr(msg, "sensor_msgs/msg/JointState"), stamp_ns)
+            if k % 20 == 0:
+                x, y, z = result.twin_box_xyz[k].tolist()
+                box = PoseStamped(header=Header(stamp=header.stamp, frame_id="world"),
+                                  pose=Pose(position=Point(x=x, y=y, z=z), orientation=Quaternion(x=0.0, y=0.0, z=0.0, w=1.0)))
+                writer.write(f"{SIM_PREFIX}/box_pose", store.serialize_cdr(box, "geometry_msgs/msg/PoseStamped"), stamp_ns)
+        writer.add_metadata("twinloop_replay", {"joint_rmse_rad": str(result.joint_rmse_rad.tolist()),
+                                                "end_effector_rmse_m": str(result.end_effector_rmse_m)})
+    finally:
+        writer.close()
+    return output
+
+
+def replay_bag(bag_path: Path | str, twin_path: Path | str, output_dir: Path | str | None = None,
+               progress=lambda fraction, text: None) -> tuple[ReplayResult, Path | None]:
+    """Load a twin and a bag, replay, optionally write the response bag."""
+    from twinloop_twin.bundle import load_twin
+    from twinloop_twin.nominal import load_scene, load_twin_workcell
+
+    twin = load_twin(Path(twin_path))
+    workcell = load_twin_workcell(twin)
+    sim = WorkcellSimulation(workcell, model=load_scene(twin))
+    progress(0.05, f"reading {bag_path}")
+    run = load_recorded_run(bag_path, list(sim.commandable_joints))
+    progress(0.2, f"replaying {run.state_t[-1]:.1f} s in twin {twin.workcell} v{twin.version}")
+    result = replay(run, sim, UrdfTransforms(workcell.urdf_xml))
+    output = None
+    if output_dir:
+        progress(0.9, "writing the twin's response bag")
+        output = write_replay_bag(Path(output_dir) / f"{Path(bag_path).name}-replay-v{twin.version}", run, result)
+    progress(1.0, "done")
+    return result, output
+
+
+def format_report(result: ReplayResult) -> str:
+    lines = ["joint position RMSE, twin vs recorded (mrad):"]
+    lines += [f"  {n:22s} {r * 1e3:8.3f}" for n, r in zip(result.joint_names, result.joint_rmse_rad)]
+    lines.append(f"end-effector RMSE: {result.end_effector_rmse_m * 1e3:.2f} mm")
+    if np.isfinite(result.box_final_position_error_m):
+        lines.append(f"box final position error: {result.box_final_position_error_m * 1e3:.1f} mm")
+    lines.append(f"time alignment: the twin's motion best matches shifted by {result.time_offset_s * 1e3:+.0f} ms")
+    return "\n".join(lines)
