@@ -35,7 +35,9 @@ LOADERS: list[tuple[str, str]] = [
     ("config/nominal_physics.yaml", "physics"),
     ("config/emulated_truth*.yaml", "physics"),
     ("config/fastdds_*.xml", "fastdds"),
+    ("config/*.rviz", "rviz"),
     ("config/recording.yaml", "recording_profiles"),
+    ("config/calibration_targets.yaml", "calibration_targets"),
     ("config/*.yaml", "parameters"),  # any other YAML in config/ is a ROS 2 parameter file
     ("urdf/*.urdf", "urdf"),
 ]
@@ -364,6 +366,22 @@ def test_recording_profiles_load(relative):
     from twinloop_logging.profiles import load_profiles
     profiles = load_profiles(ROOT / relative)
     assert {"calibration", "identification", "trial", "all"} <= set(profiles), f"{relative}: {sorted(profiles)}"
+
+
+@pytest.mark.parametrize("relative", _files_of("rviz"))
+def test_rviz_config_loads(relative):
+    # test/test_bringup.py checks that every topic it shows is published by the stack
+    config = yaml.safe_load((ROOT / relative).read_text())
+    displays = config["Visualization Manager"]["Displays"]
+    assert displays and all(d["Class"].startswith("rviz_default_plugins/") for d in displays)
+    assert config["Visualization Manager"]["Global Options"]["Fixed Frame"] == "world"
+
+
+@pytest.mark.parametrize("relative", _files_of("calibration_targets"))
+def test_calibration_targets_load(relative):
+    from twinloop_calibration.targets import load_targets
+    targets, default = load_targets(ROOT / relative)
+    assert default in targets and all(t.point_count > 0 for t in targets.values())
 
 
 FASTDDS = "{http://www.eprosima.com}"

@@ -18,7 +18,8 @@ setup(
         # from build/twinloop_sim/, which is as deep as src/twinloop_sim/ in a standard
         # workspace, so '../..' names the workspace root from both.
         ('share/' + package_name + '/launch', sorted(glob('../../launch/*.launch.py'))),
-        ('share/' + package_name + '/config', sorted(glob('../../config/*.yaml') + glob('../../config/*.xml'))),
+        ('share/' + package_name + '/config',
+         sorted(glob('../../config/*.yaml') + glob('../../config/*.xml') + glob('../../config/*.rviz'))),
         ('share/' + package_name + '/urdf', sorted(glob('../../urdf/*.urdf'))),
     ],
     install_requires=['setuptools'],
@@ -33,6 +34,8 @@ setup(
             'emulated_cameras = twinloop_sim.emulated_cameras_node:main',
             'sim_bridge = twinloop_sim.sim_bridge_node:main',
             'replay_server = twinloop_sim.replay_node:main',
+            'state_publisher = twinloop_sim.state_publisher_node:main',
+            'twinloop-bringup = twinloop_sim.bringup:main',
             'twinloop-replay = twinloop_sim.replay_cli:main',
             'workcell_demo = twinloop_sim.demo:main',
         ],

@@ -77,3 +77,49 @@ def camera_info_msg(intrinsics: CameraIntrinsics, frame_id: str, stamp: Time) ->
     msg.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
     msg.p = [fx, 0.0, cx, 0.0, 0.0, fy, cy, 0.0, 0.0, 0.0, 1.0, 0.0]
     return msg
+
+
+def scene_markers(model, data, bodies: list[str], stamp: Time, namespace: str = "twin") -> "MarkerArray":
+    """The named bodies' geoms as RViz markers in `world` (boxes, cylinders, spheres, meshes)."""
+    import mujoco
+    from visualization_msgs.msg import Marker, MarkerArray
+
+    markers = []
+    for body_name in bodies:
+        body = model.body(body_name).id
+        for geom in np.nonzero(model.geom_bodyid == body)[0]:
+            if model.geom_group[geom] > 2:  # collision-only copies: the visual geom is drawn
+                continue
+            marker = Marker(ns=namespace, id=int(geom), action=Marker.ADD)
+            marker.header.frame_id = "world"
+            marker.header.stamp = stamp
+            kind, size = model.geom_type[geom], model.geom_size[geom]
+            if kind == mujoco.mjtGeom.mjGEOM_BOX:
+                marker.type = Marker.CUBE
+                marker.scale.x, marker.scale.y, marker.scale.z = (2 * size).tolist()
+            elif kind == mujoco.mjtGeom.mjGEOM_CYLINDER:
+                marker.type = Marker.CYLINDER
+                marker.scale.x = marker.scale.y = float(2 * size[0])
+                marker.scale.z = float(2 * size[1])
+            elif kind == mujoco.mjtGeom.mjGEOM_SPHERE:
+                marker.type = Marker.SPHERE
+                marker.scale.x = marker.scale.y = marker.scale.z = float(2 * size[0])
+            elif kind == mujoco.mjtGeom.mjGEOM_MESH:
+                marker.type = Marker.TRIANGLE_LIST
+                marker.scale.x = marker.scale.y = marker.scale.z = 1.0
+                mesh = model.geom_dataid[geom]
+                vertices = model.mesh_vert[model.mesh_vertadr[mesh]:model.mesh_vertadr[mesh] + model.mesh_vertnum[mesh]]
+                faces = model.mesh_face[model.mesh_faceadr[mesh]:model.mesh_faceadr[mesh] + model.mesh_facenum[mesh]]
+                from geometry_msgs.msg import Point
+                marker.points = [Point(x=float(v[0]), y=float(v[1]), z=float(v[2])) for v in vertices[faces.reshape(-1)]]
+            else:
+                continue
+            marker.pose.position.x, marker.pose.position.y, marker.pose.position.z = data.geom_xpos[geom].tolist()
+            quat = np.zeros(4)
+            mujoco.mju_mat2Quat(quat, data.geom_xmat[geom])
+            o = marker.pose.orientation
+            o.w, o.x, o.y, o.z = quat.tolist()
+            r, g, b, a = model.geom_rgba[geom].tolist()
+            marker.color.r, marker.color.g, marker.color.b, marker.color.a = r, g, b, a
+            markers.append(marker)
+    return MarkerArray(markers=markers)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import mujoco
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
@@ -14,11 +15,16 @@ from sensor_msgs.msg import JointState
 from twinloop_interfaces.action import Replay
 from twinloop_interfaces.msg import ErrorCode
 
-from twinloop_sim.messages import stamp_from_ns
+import mujoco
+from visualization_msgs.msg import MarkerArray
+
+from twinloop_sim.messages import scene_markers, stamp_from_ns
 from twinloop_sim.node_support import declare, run_node
 from twinloop_sim.replay import SIM_PREFIX, ReplayError, replay_bag
-from twinloop_sim.workcell_server import STREAM
-from twinloop_twin.bundle import TwinError, latest_version
+from twinloop_sim.sim_bridge_node import SCENE_BODIES
+from twinloop_sim.workcell_server import LATCHED, STREAM
+from twinloop_twin.bundle import TwinError, latest_version, load_twin
+from twinloop_twin.nominal import load_scene
 
 GHOST_RATE_HZ = 50.0
 
@@ -36,6 +42,21 @@ class ReplayServer(Node):
         # while a long replay runs in the execute callback.
         ActionServer(self, Replay, "~/replay", self.execute, goal_callback=lambda _: GoalResponse.ACCEPT,
                      cancel_callback=lambda _: CancelResponse.ACCEPT, callback_group=ReentrantCallbackGroup())
+        self.scene_pub = self.create_publisher(MarkerArray, "/twinloop/twin/scene_markers", LATCHED)
+        self._publish_twin_scene()
+
+    def _publish_twin_scene(self) -> None:
+        """The latest twin's scene (table, board, stand, box) for RViz, latched."""
+        try:
+            twin = load_twin(Path(self._latest_twin()))
+        except (ReplayError, TwinError) as error:
+            self.get_logger().info(f"no twin scene to show yet: {error}")
+            return
+        model = load_scene(twin)
+        data = mujoco.MjData(model)
+        mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+        mujoco.mj_kinematics(model, data)
+        self.scene_pub.publish(scene_markers(model, data, SCENE_BODIES, self.get_clock().now().to_msg()))
 
     def execute(self, handle):
         goal: Replay.Goal = handle.request

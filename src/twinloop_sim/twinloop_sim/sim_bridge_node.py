@@ -11,8 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from visualization_msgs.msg import MarkerArray
+
+from twinloop_sim.messages import scene_markers
 from twinloop_sim.node_support import StartupError, make_executor, run_node
-from twinloop_sim.workcell_server import ServedModel, WorkcellServer
+from twinloop_sim.workcell_server import LATCHED, ServedModel, WorkcellServer
 from twinloop_sim.workcell_sim import WorkcellSimulation
 from twinloop_twin.bundle import TwinError, load_twin
 from twinloop_twin.model_parameters import apply_parameters, sample_parameters
@@ -25,9 +28,18 @@ PARAMETERS = {
 }
 
 
+SCENE_BODIES = ["table", "charuco_board", "static_camera_stand", "box"]
+
+
 class SimBridge(WorkcellServer):
     def __init__(self) -> None:
         super().__init__("sim_bridge", PARAMETERS, simulated_clock=True)
+        # The twin's scene for RViz (latched); the box marker follows the simulation.
+        self.scene_pub = self.create_publisher(MarkerArray, "/twinloop/twin/scene_markers", LATCHED)
+        self.create_timer(0.2, self.publish_scene)
+
+    def publish_scene(self) -> None:
+        self.scene_pub.publish(scene_markers(self.sim.model, self.sim.data, SCENE_BODIES, self._stamp()))
 
     def load_model(self, p: dict) -> ServedModel:
         if not p["twin_path"]:

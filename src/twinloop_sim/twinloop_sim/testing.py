@@ -48,8 +48,9 @@ class NodeProcess:
     """A node started as a subprocess (`python -m module --ros-args ...`)."""
 
     def __init__(self, module: str, domain_id: int, parameters: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None, log_path: Path | None = None) -> None:
-        args = [sys.executable, "-m", module, "--ros-args"]
+                 env: dict[str, str] | None = None, log_path: Path | None = None,
+                 extra_args: list[str] | None = None) -> None:
+        args = [sys.executable, "-m", module, "--ros-args", *(extra_args or [])]
         for name, value in (parameters or {}).items():
             args += ["-p", f"{name}:={_param_text(value)}"]
         self.log_path = log_path

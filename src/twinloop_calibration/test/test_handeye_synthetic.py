@@ -1,0 +1,154 @@
+"""Hand-eye core against synthetic known truth: accuracy, covariance coverage, time offset,
+and the degenerate sets that must be refused with a clear error."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from twinloop_calibration import handeye, se3, synthetic
+from twinloop_calibration.degeneracy import DegenerateData, InconsistentInput
+from twinloop_calibration.targets import TargetNotFound
+from twinloop_calibration.time_offset import estimate_time_offset
+
+FAST = handeye.Options(folds=0, reject_outliers=False)
+
+
+@pytest.mark.parametrize("setup", ["eye_in_hand", "eye_to_hand"])
+def test_recovers_known_transform(setup):
+    # 15 views, 0.5 px pixel noise, 0.5 mm / 0.05 deg robot pose noise (a realistic cobot).
+    data = getattr(synthetic, setup)(views=15, seed=7)
+    result = handeye.calibrate(setup, data.views, data.camera, handeye.Options(folds=5))
+    error_t, error_r = se3.errors(result.transform, data.x_true)
+    # Tolerances: ~4 sigma of the reported uncertainty (0.5-0.8 mm, 0.1-0.15 deg here).
+    assert error_t < 3e-3 and math.degrees(error_r) < 0.5, (error_t, math.degrees(error_r))
+    std_t, std_r = result.std
+    assert error_t < 5 * std_t and error_r < 5 * std_r
+    # The fitted noise model finds the simulated levels (pixel within 15 %, robot within 2x).
+    assert result.noise.pixel_std_px == pytest.approx(0.5, rel=0.15)
+    assert 0.25e-3 < result.noise.robot_translation_std_m < 1e-3
+    assert result.held_out_rms_px < 3.0 and set(result.held_out_rms_px_by_candidate) >= {"refined"}
+    assert len(result.opencv) >= 5
+
+
+def test_noise_free_data_is_recovered_exactly():
+    data = synthetic.eye_in_hand(views=10, seed=2, pixel_std=1e-4, robot_translation_std_m=0.0,
+                                 robot_rotation_std_rad=0.0)
+    result = handeye.calibrate("eye_in_hand", data.views, data.camera, FAST)
+    error_t, error_r = se3.errors(result.transform, data.x_true)
+    assert error_t < 1e-5 and error_r < 1e-5
+
+
+def test_covariance_covers_the_truth_over_seeds():
+    squared = []
+    for seed in range(20):
+        data = synthetic.eye_in_hand(views=12, seed=100 + seed)
+        result = handeye.calibrate("eye_in_hand", data.views, data.camera, FAST)
+        d = se3.difference(result.transform, data.x_true)
+        squared.append(d @ np.linalg.solve(result.covariance, d))
+    squared = np.array(squared)
+    coverage = np.mean(squared < chi2.ppf(0.95, 6))
+    print(f"95 % ellipsoid covers the truth in {coverage:.0%} of seeds; mean Mahalanobis^2 {squared.mean():.2f} (6 expected)")
+    # Stated level: the 95 % ellipsoid holds the truth in >= 85 % of 20 seeds, and the mean
+    # squared Mahalanobis distance is 6 +- 2 (a covariance 2x too small gives ~12).
+    assert coverage >= 0.85
+    assert 4.0 < squared.mean() < 8.0
+
+
+def test_bootstrap_agrees_with_the_covariance():
+    data = synthetic.eye_in_hand(views=15, seed=11)
+    result = handeye.calibrate("eye_in_hand", data.views, data.camera, handeye.Options(folds=0, bootstrap=40))
+    ratio_t, ratio_r = result.bootstrap_ratio
+    assert 0.6 < ratio_t < 1.6 and 0.6 < ratio_r < 1.6, result.bootstrap_ratio
+
+
+def test_bad_view_is_flagged_and_rejected():
+    data = synthetic.eye_in_hand(views=14, seed=5)
+    views = list(data.views)
+    bad = views[4]
+    views[4] = handeye.View(se3.twist(bad.base_T_gripper, np.array([0.02, 0, 0, 0, 0.05, 0])), bad.detection)
+    result = handeye.calibrate("eye_in_hand", views, data.camera, handeye.Options(folds=0))
+    assert result.rejected_views == [4]
+    assert se3.errors(result.transform, data.x_true)[0] < 3e-3
+
+
+def test_rotations_about_one_axis_are_refused():
+    data = synthetic.eye_in_hand(views=12, seed=3, rotation_axis=np.array([0.0, 0.0, 1.0]))
+    with pytest.raises(DegenerateData, match="about one axis") as error:
+        handeye.calibrate("eye_in_hand", data.views, data.camera, FAST)
+    assert "Add views rotated" in str(error.value)
+
+
+def test_two_views_are_refused():
+    data = synthetic.eye_in_hand(views=2, seed=3)
+    with pytest.raises(DegenerateData, match="only 2 usable view"):
+        handeye.calibrate("eye_in_hand", data.views, data.camera, FAST)
+
+
+def test_mismatched_counts_of_poses_and_images_are_refused():
+    data = synthetic.eye_in_hand(views=6, seed=3)
+    with pytest.raises(InconsistentInput, match="6 robot poses but 5 images"):
+        handeye.pair_views([v.base_T_gripper for v in data.views], [v.detection for v in data.views[:5]])
+
+
+def test_target_not_found_is_a_clear_error():
+    from twinloop_calibration.targets import TargetDetector
+    detector = TargetDetector(synthetic.DEFAULT_TARGET)
+    with pytest.raises(TargetNotFound, match="0 corners found"):
+        detector.detect(np.full((480, 640), 128, dtype=np.uint8))
+    data = synthetic.eye_in_hand(views=8, seed=3)
+    views, missing = handeye.pair_views([v.base_T_gripper for v in data.views],
+                                        [None] * 6 + [v.detection for v in data.views[6:]])
+    assert missing == ["0", "1", "2", "3", "4", "5"]
+    with pytest.raises(DegenerateData, match="only 2 usable view"):
+        handeye.calibrate("eye_in_hand", views, data.camera, FAST)
+
+
+def test_time_offset_of_streamed_views():
+    """Images stamped 25 ms late against the joint clock, taken while the arm moves."""
+    true_offset = 0.025
+    data = synthetic.eye_in_hand(views=20, seed=9, robot_translation_std_m=0.0, robot_rotation_std_rad=0.0,
+                                 pixel_std=0.3)
+    # A trajectory through the view poses: joint values are a 6-vector twist from the first pose.
+    first = data.base_T_gripper_true[0]
+    knots = np.array([se3.difference(first @ np.eye(4), first)] + [
+        np.concatenate([t[:3, 3] - first[:3, 3], se3.rotvec(t[:3, :3] @ first[:3, :3].T)])
+        for t in data.base_T_gripper_true])[1:]
+    times = np.arange(len(knots)) * 0.5 + 0.5
+    joint_times = np.arange(0.0, times[-1] + 1.0, 0.002)
+    trajectory = np.stack([np.interp(joint_times, times, knots[:, j]) for j in range(6)], axis=1)
+
+    def forward(q):
+        return se3.make(se3.from_rotvec(q[3:], np.zeros(3))[:3, :3] @ first[:3, :3], first[:3, 3] + q[:3])
+
+    # Each image shows the pose at its true time, but the pose is moving there (mid-segment).
+    image_times = times[:-1] + 0.25
+    detections = []
+    rng = np.random.default_rng(0)
+    for t in image_times:
+        q = np.array([np.interp(t, joint_times, trajectory[:, j]) for j in range(6)])
+        camera_T_target = se3.inv(data.x_true) @ se3.inv(forward(q)) @ data.b_true
+        detections.append(synthetic._observe(data.camera, camera_T_target, synthetic.DEFAULT_TARGET.object_points(),
+                                             0.3, rng))
+    keep = [i for i, d in enumerate(detections) if d is not None]
+    assert len(keep) >= 10
+    stamps = image_times[keep] - true_offset  # the camera clock runs 25 ms behind
+    result = estimate_time_offset("eye_in_hand", stamps, [detections[i] for i in keep], joint_times, trajectory,
+                                  forward, data.camera)
+    assert result.observable
+    # Tolerance: 2 ms (the reported std is ~0.1 ms at this motion and noise).
+    assert result.offset_s == pytest.approx(true_offset, abs=0.002)
+    assert result.std_s < 0.002
+
+
+def test_time_offset_at_rest_is_reported_unobservable():
+    data = synthetic.eye_in_hand(views=8, seed=4, robot_translation_std_m=0.0, robot_rotation_std_rad=0.0)
+    poses = np.array([np.concatenate([t[:3, 3], se3.rotvec(t[:3, :3])]) for t in data.base_T_gripper_true])
+    # each view held for 2 s (at rest), images in the middle of each rest
+    joint_times = np.arange(0.0, 2.0 * len(poses), 0.002)
+    trajectory = poses[np.minimum((joint_times // 2.0).astype(int), len(poses) - 1)]
+    result = estimate_time_offset("eye_in_hand", np.arange(len(poses)) * 2.0 + 1.0, [v.detection for v in data.views],
+                                  joint_times, trajectory, lambda q: se3.from_rotvec(q[3:], q[:3]), data.camera)
+    assert not result.observable and "unobservable" in result.reason

@@ -1,0 +1,119 @@
+"""Calibration files (YAML) and the human-readable report. Pure Python (no rclpy)."""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from twinloop_calibration import se3
+from twinloop_calibration.handeye import HandEyeResult, Setup
+from twinloop_calibration.intrinsics import CameraModel
+from twinloop_calibration.time_offset import TimeOffsetResult
+
+FORMAT_VERSION = 1
+
+
+def _floats(array) -> list:
+    return np.asarray(array, dtype=float).round(12).tolist()
+
+
+def calibration_document(result: HandEyeResult, *, camera_name: str, parent_frame: str, child_frame: str,
+                         camera: CameraModel, source: dict[str, Any],
+                         time_offset: TimeOffsetResult | None = None) -> dict[str, Any]:
+    translation, quaternion = se3.to_xyz_quat(result.transform)
+    std_t, std_r = result.std
+    document: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "camera": camera_name,
+        "setup": result.setup.value,
+        "meaning": ("gripper_T_camera: camera optical frame in the gripper frame" if result.setup == Setup.EYE_IN_HAND
+                    else "base_T_camera: camera optical frame in the robot base frame"),
+        "parent_frame": parent_frame,
+        "child_frame": child_frame,
+        "transform": {"translation_m": _floats(translation), "quaternion_xyzw": _floats(quaternion)},
+        "covariance": {"order": "tx ty tz rx ry rz (m, rad; rotation vector; errors in the parent frame)",
+                       "model": str(result.extra.get("covariance_model", "")),
+                       "matrix_6x6": _floats(result.covariance)},
+        "std_1sigma": {"translation_mm": round(std_t * 1e3, 4), "rotation_deg": round(math.degrees(std_r), 5)},
+        "target_transform": {"meaning": "base_T_target" if result.setup == Setup.EYE_IN_HAND else "gripper_T_target",
+                             "translation_m": _floats(result.target_transform[:3, 3]),
+                             "quaternion_xyzw": _floats(se3.to_xyz_quat(result.target_transform)[1])},
+        "method": result.method,
+        "reprojection_rms_px": round(result.reprojection_rms_px, 4),
+        "held_out_rms_px": round(result.held_out_rms_px, 4),
+        "held_out_rms_px_by_candidate": {k: round(v, 4) for k, v in result.held_out_rms_px_by_candidate.items()},
+        "views_used": result.views_used,
+        "views_rejected": list(result.rejected_views),
+        "noise_model": {"pixel_std_px": result.noise.pixel_std_px,
+                        "robot_translation_std_mm": result.noise.robot_translation_std_m * 1e3,
+                        "robot_rotation_std_deg": math.degrees(result.noise.robot_rotation_std_rad),
+                        "at_bound": result.noise.at_bound},
+        "diversity": {"rotation_spread_deg": list(result.diversity.rotation_spread_deg),
+                      "max_rotation_deg": result.diversity.max_rotation_deg},
+        "intrinsics": {"camera_matrix": _floats(camera.camera_matrix), "distortion": _floats(camera.distortion),
+                       "width": camera.width, "height": camera.height,
+                       "reprojection_rms_px": camera.reprojection_rms_px},
+        "source": source,
+    }
+    if result.bootstrap_ratio is not None:
+        document["bootstrap_std_ratio"] = {"translation": round(result.bootstrap_ratio[0], 3),
+                                           "rotation": round(result.bootstrap_ratio[1], 3)}
+    if time_offset is not None:
+        document["time_offset"] = {"offset_s": time_offset.offset_s if time_offset.observable else None,
+                                   "std_s": time_offset.std_s if time_offset.observable else None,
+                                   "observable": time_offset.observable, "reason": time_offset.reason}
+    return document
+
+
+def write_calibration(path: Path | str, document: dict[str, Any]) -> Path:
+    """Write atomically (temp file + rename): a reader never sees half a calibration."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(handle, "w") as stream:
+        yaml.safe_dump(document, stream, sort_keys=False)
+    os.replace(temporary, path)
+    return path
+
+
+def load_calibration(path: Path | str) -> tuple[np.ndarray, dict[str, Any]]:
+    """(parent_T_child 4x4, the whole document)."""
+    document = yaml.safe_load(Path(path).read_text())
+    transform = document["transform"]
+    return se3.from_xyz_quat(transform["translation_m"], transform["quaternion_xyzw"]), document
+
+
+def report(result: HandEyeResult, *, title: str = "hand-eye calibration",
+           time_offset: TimeOffsetResult | None = None) -> str:
+    translation, quaternion = se3.to_xyz_quat(result.transform)
+    std_t, std_r = result.std
+    what = "gripper_T_camera" if result.setup == Setup.EYE_IN_HAND else "base_T_camera"
+    lines = [
+        f"{title} ({result.setup.value}), method: {result.method}",
+        f"  {what}: xyz [{', '.join(f'{v:.5f}' for v in translation)}] m, "
+        f"quaternion xyzw [{', '.join(f'{v:.5f}' for v in quaternion)}]",
+        f"  1-sigma: {std_t * 1e3:.3f} mm, {math.degrees(std_r):.4f} deg "
+        f"(covariance: {result.extra.get('covariance_model', '?')})",
+        f"  reprojection RMS {result.reprojection_rms_px:.3f} px; held-out RMS {result.held_out_rms_px:.3f} px",
+        "  held-out by candidate: " + ", ".join(f"{k} {v:.3f} px" for k, v in result.held_out_rms_px_by_candidate.items()),
+        f"  views used {result.views_used}, rejected {list(result.rejected_views)}",
+        f"  noise model: {result.noise.describe()}",
+        f"  view diversity: {result.diversity.describe()}",
+    ]
+    if result.bootstrap_ratio is not None:
+        lines.append(f"  analytic / bootstrap std: translation {result.bootstrap_ratio[0]:.2f}, "
+                     f"rotation {result.bootstrap_ratio[1]:.2f}")
+    if time_offset is not None:
+        lines.append(f"  time offset: {time_offset.offset_s * 1e3:.2f} +- {time_offset.std_s * 1e3:.2f} ms"
+                     if time_offset.observable else f"  time offset: not estimated ({time_offset.reason})")
+    for name, x in result.opencv.items():
+        t, r = se3.errors(x, result.transform)
+        lines.append(f"  OpenCV {name}: differs by {t * 1e3:.2f} mm, {math.degrees(r):.3f} deg")
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""`twinloop_calibrate`: hand-eye calibration from a bag or a data-set folder; prints the report.
+
+  twinloop_calibrate --bag bags/calib_0001 --camera wrist_camera --setup eye_in_hand
+  twinloop_calibrate --dataset <industrial_calibration cal_data.yaml> --setup eye_in_hand
+
+Exit codes: 0 success, 2 bad input or data that cannot give a trustworthy result.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from twinloop_calibration import calibration_io, handeye
+from twinloop_calibration.degeneracy import CalibrationError
+from twinloop_calibration.targets import TargetConfigError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="twinloop_calibrate", description=__doc__.splitlines()[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--bag", help="recorded calibration bag (twinloop_logging)")
+    source.add_argument("--dataset", help="industrial_calibration cal_data.yaml (image/pose pairs)")
+    parser.add_argument("--camera", default="wrist_camera", help="camera name (bag topics /<camera>/color/...)")
+    parser.add_argument("--setup", choices=[s.value for s in handeye.Setup], default="eye_in_hand")
+    parser.add_argument("--target", default="", help="target name in config/calibration_targets.yaml (bags)")
+    parser.add_argument("--gripper-frame", default="panda_hand")
+    parser.add_argument("--bootstrap", type=int, default=30, help="bootstrap resamples (0: none)")
+    parser.add_argument("--max-translation-std-m", type=float, default=0.01)
+    parser.add_argument("--max-rotation-std-deg", type=float, default=1.0)
+    parser.add_argument("--output", help="write the calibration YAML here")
+    args = parser.parse_args(argv)
+    options = handeye.Options(bootstrap=args.bootstrap, max_translation_std_m=args.max_translation_std_m,
+                              max_rotation_std_deg=args.max_rotation_std_deg)
+    offset = None
+    try:
+        if args.dataset:
+            from twinloop_calibration.datasets import load_industrial_calibration
+            data = load_industrial_calibration(args.dataset)
+            if data.not_found:
+                print(f"target not found in {data.not_found}", file=sys.stderr)
+            views, camera = data.views, data.camera
+        else:
+            views, camera, offset = _bag(args)
+        result = handeye.calibrate(args.setup, views, camera, options)
+    except (CalibrationError, TargetConfigError, FileNotFoundError) as error:
+        print(f"twinloop_calibrate: {error}", file=sys.stderr)
+        return 2
+    print(calibration_io.report(result, time_offset=offset))
+    if args.output:
+        document = calibration_io.calibration_document(
+            result, camera_name=args.camera, parent_frame=args.gripper_frame if args.setup == "eye_in_hand" else "world",
+            child_frame=f"{args.camera}_color_optical_frame_calibrated", camera=camera,
+            source={"mode": "bag" if args.bag else "dataset", "path": str(Path(args.bag or args.dataset).resolve())},
+            time_offset=offset)
+        print(f"written: {calibration_io.write_calibration(args.output, document)}")
+    return 0
+
+
+def _bag(args):
+    from twinloop_calibration.sources import views_from_bag
+    from twinloop_calibration.targets import TargetDetector, load_targets
+    from twinloop_twin.kinematics import UrdfTransforms
+    from twinloop_twin.physics import ARM_JOINTS
+    from twinloop_twin.workcell import default_config_dir, load_workcell
+
+    targets, default = load_targets(default_config_dir() / "calibration_targets.yaml")
+    if (args.target or default) not in targets:
+        raise TargetConfigError(f"unknown target '{args.target}'; known: {sorted(targets)}")
+    kinematics = UrdfTransforms(load_workcell().urdf_xml)
+
+    def forward(q):
+        return kinematics.world_T_link(args.gripper_frame, dict(zip(ARM_JOINTS, q)))
+
+    bag = views_from_bag(args.bag, camera_name=args.camera, detector=TargetDetector(targets[args.target or default]),
+                         joint_names=list(ARM_JOINTS), forward_kinematics=forward, setup=args.setup)
+    return bag.views, bag.camera, bag.time_offset
+
+
+if __name__ == "__main__":
+    sys.exit(main())

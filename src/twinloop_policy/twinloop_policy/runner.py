@@ -1,0 +1,102 @@
+"""The policy runner's core: load the module, assemble observations, step, judge a trial.
+
+Pure Python (torch, numpy; no rclpy). The node feeds joint states in and publishes what
+`PolicyLoop.step` returns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from twinloop_policy.policy_spec import PolicyMismatch, PolicySpec
+
+
+class StaleObservation(RuntimeError):
+    """An observation term is older than its max_age_s (or was never received)."""
+
+
+def load_module(spec: PolicySpec) -> torch.jit.ScriptModule:
+    """Load the TorchScript module and check it against its spec with one dry run."""
+    try:
+        module = torch.jit.load(str(spec.module_path), map_location="cpu")
+    except (RuntimeError, ValueError) as error:
+        raise PolicyMismatch([f"{spec.module_path} is not a loadable TorchScript module ({error})"],
+                             str(spec.folder)) from error
+    module.eval()
+    probe = torch.zeros(spec.observation_size, dtype=torch.float64)
+    try:
+        with torch.no_grad():
+            if hasattr(module, "reset"):
+                module.reset()
+            out = module(probe)
+            if hasattr(module, "reset"):
+                module.reset()
+    except RuntimeError as error:
+        raise PolicyMismatch([f"module refuses an observation of size {spec.observation_size} ({error})"],
+                             str(spec.folder)) from error
+    if tuple(out.shape) != (len(spec.action_joints),):
+        raise PolicyMismatch([f"module returns shape {tuple(out.shape)}, spec's action has "
+                              f"{len(spec.action_joints)} joints"], str(spec.folder))
+    return module
+
+
+class ObservationAssembler:
+    """Latest joint state per joint with its receive time; assembled in spec order."""
+
+    def __init__(self, spec: PolicySpec) -> None:
+        self.spec = spec
+        self._position: dict[str, float] = {}
+        self._velocity: dict[str, float] = {}
+        self._time_s: float = -np.inf
+
+    def on_joint_state(self, names: Sequence[str], positions: Sequence[float], velocities: Sequence[float],
+                       now_s: float) -> None:
+        self._position.update(zip(names, positions))
+        if len(velocities) == len(names):
+            self._velocity.update(zip(names, velocities))
+        self._time_s = now_s
+
+    def positions(self) -> dict[str, float]:
+        return dict(self._position)
+
+    def assemble(self, now_s: float) -> np.ndarray:
+        parts = []
+        age = now_s - self._time_s
+        for term in self.spec.observation:
+            if age > term.max_age_s:
+                raise StaleObservation(f"observation '{term.name}' is {age * 1e3:.1f} ms old "
+                                       f"(max {term.max_age_s * 1e3:.1f} ms): check /joint_states")
+            source = self._position if term.kind == "joint_position" else self._velocity
+            missing = [j for j in term.joints if j not in source]
+            if missing:
+                raise StaleObservation(f"observation '{term.name}' has no value yet for {missing}")
+            parts.append([source[j] for j in term.joints])
+        return np.concatenate(parts).astype(np.float64)
+
+
+@dataclass
+class PolicyLoop:
+    """One policy, stepped at its rate."""
+
+    spec: PolicySpec
+    module: torch.jit.ScriptModule
+
+    def reset(self) -> None:
+        if hasattr(self.module, "reset"):
+            self.module.reset()
+
+    def step(self, observation: np.ndarray) -> list[float]:
+        with torch.no_grad():
+            action = self.module(torch.from_numpy(observation)).tolist()
+        if not all(np.isfinite(action)):
+            # The envelope monitor would refuse it anyway; saying so here names the culprit.
+            raise FloatingPointError(f"policy {self.spec.policy_version} returned non-finite targets {action}")
+        return action
+
+
+def goal_reached(spec: PolicySpec, measured: dict[str, float]) -> bool:
+    return all(abs(measured.get(j, np.inf) - g) <= spec.goal_tolerance_rad
+               for j, g in spec.goal_joint_positions.items())

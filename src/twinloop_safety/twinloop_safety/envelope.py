@@ -1,0 +1,472 @@
+"""The safety envelope: limits, the checks a joint command must pass, and the latched state.
+
+Pure Python (no rclpy): the envelope monitor node translates messages to these calls.
+Every check returns a named `Violation` (fault code + a reason that says what was
+violated, by how much and what to do) instead of a bare boolean.
+
+What is checked, in order, for each command while armed:
+  1. names: every name is a commandable joint, each once, one position per name;
+  2. finite targets;
+  3. a fresh measured joint state exists (the reference of every later check);
+  4. joint position limits (URDF limits shrunk by a per-joint margin);
+  5. velocity and acceleration of the commanded targets (per-step differences at the
+     nominal command period: one message is one step, as a fixed-rate robot controller
+     takes them, so sender jitter is not motion; a lost message reads as a double step and
+     faults, on the safe side) and the lead of
+     the target over the measured position; `reject` latches a fault, `rate_limit`
+     clamps the step instead (ros2_control's joint limiter does the same);
+  6. Cartesian: forward kinematics (pinocchio) of the checked links at points along the
+     step from the measured to the commanded configuration: every point inside the
+     workspace box (shrunk by a margin) and outside every keep-out box (grown by it).
+Besides the commands: external force (from /wrench) and two watchdogs (stale command
+stream, stale joint states).
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from twinloop_sim.contract import CommandRejected, parse_joint_command
+from twinloop_twin.kinematics import UrdfTransforms
+from twinloop_twin.parameters import ParameterSet
+
+
+class Fault(enum.IntEnum):
+    """Mirrors twinloop_interfaces/msg/EnvelopeStatus FAULT_* (a test keeps them equal)."""
+
+    NONE = 0
+    NON_FINITE_COMMAND = 1
+    UNKNOWN_JOINT = 2
+    POSITION_LIMIT = 3
+    VELOCITY_LIMIT = 4
+    ACCELERATION_LIMIT = 5
+    WORKSPACE = 6
+    KEEP_OUT = 7
+    FORCE_LIMIT = 8
+    STALE_COMMAND = 9
+    STALE_JOINT_STATE = 10
+
+
+class State(enum.IntEnum):
+    """Mirrors EnvelopeStatus STATE_*."""
+
+    DISARMED = 0
+    ARMED = 1
+    FAULT = 2
+
+
+class EnvelopeConfigError(ValueError):
+    """The envelope's limits are inconsistent; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    fault: Fault
+    reason: str
+    joints: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Box:
+    """Axis-aligned box in the world frame (m)."""
+
+    name: str
+    minimum: tuple[float, float, float]
+    maximum: tuple[float, float, float]
+
+    def __post_init__(self) -> None:
+        if not all(math.isfinite(v) for v in self.minimum + self.maximum):
+            raise EnvelopeConfigError(f"box '{self.name}': corners must be finite, got {self.minimum}, {self.maximum}")
+        if any(lo >= hi for lo, hi in zip(self.minimum, self.maximum)):
+            raise EnvelopeConfigError(
+                f"box '{self.name}': min {self.minimum} must be below max {self.maximum} on every axis")
+
+    def grown(self, margin_m: float) -> "Box":
+        return Box(self.name, tuple(v - margin_m for v in self.minimum), tuple(v + margin_m for v in self.maximum))
+
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        """Boolean per row of an (n, 3) array."""
+        return np.all((points >= self.minimum) & (points <= self.maximum), axis=1)
+
+    @property
+    def center(self) -> tuple[float, float, float]:
+        return tuple((lo + hi) / 2 for lo, hi in zip(self.minimum, self.maximum))
+
+    @property
+    def size(self) -> tuple[float, float, float]:
+        return tuple(hi - lo for lo, hi in zip(self.minimum, self.maximum))
+
+
+def boxes_from_flat(values: Sequence[float], names: Sequence[str]) -> list[Box]:
+    """[xmin, ymin, zmin, xmax, ymax, zmax] * n (a ROS parameter holds only flat arrays)."""
+    values = list(values)
+    if len(values) % 6 or len(values) // 6 != len(names):
+        raise EnvelopeConfigError(
+            f"keep_out_boxes has {len(values)} numbers for {len(names)} names: give 6 numbers "
+            "(xmin, ymin, zmin, xmax, ymax, zmax) per name in keep_out_names")
+    return [Box(name, tuple(values[6 * i:6 * i + 3]), tuple(values[6 * i + 3:6 * i + 6]))
+            for i, name in enumerate(names)]
+
+
+@dataclass(frozen=True)
+class EnvelopeLimits:
+    """Every limit of the envelope. Angles rad (m for the finger), times s, forces N."""
+
+    joint_names: tuple[str, ...]  # commandable joints, in this order everywhere below
+    lower: tuple[float, ...]  # position limits after the margin
+    upper: tuple[float, ...]
+    velocity: tuple[float, ...]  # rad/s (m/s)
+    acceleration: tuple[float, ...]  # rad/s^2 (m/s^2)
+    max_target_lead: tuple[float, ...]  # |target - measured| bound, rad (m)
+    command_period_s: float  # nominal period of the command stream
+    limit_mode: str  # "reject" | "rate_limit"
+    workspace: Box
+    keep_out: tuple[Box, ...]
+    cartesian_margin_m: float
+    checked_links: tuple[str, ...]
+    sample_spacing_rad: float  # largest joint step between two FK samples along a step
+    max_force_n: float  # <= 0: no force limit
+    command_timeout_s: float
+    joint_state_timeout_s: float
+
+    def __post_init__(self) -> None:
+        n = len(self.joint_names)
+        for name in ("lower", "upper", "velocity", "acceleration", "max_target_lead"):
+            if len(getattr(self, name)) != n:
+                raise EnvelopeConfigError(f"{name} has {len(getattr(self, name))} values for {n} joints")
+        narrow = [j for j, lo, hi in zip(self.joint_names, self.lower, self.upper) if lo > hi]
+        if narrow:
+            raise EnvelopeConfigError(
+                f"position margins leave no range for {narrow}: reduce position_margins for them")
+        if self.limit_mode not in ("reject", "rate_limit"):
+            raise EnvelopeConfigError(f"limit_mode is {self.limit_mode!r}: use 'reject' or 'rate_limit'")
+        for name in ("command_period_s", "command_timeout_s", "joint_state_timeout_s", "sample_spacing_rad"):
+            if not getattr(self, name) > 0:
+                raise EnvelopeConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if any(v <= 0 for v in self.velocity + self.acceleration + self.max_target_lead):
+            raise EnvelopeConfigError("velocity, acceleration and target-lead limits must all be > 0")
+        if self.cartesian_margin_m < 0:
+            raise EnvelopeConfigError(f"cartesian_margin_m must be >= 0, got {self.cartesian_margin_m}")
+
+
+def build_limits(kinematics: UrdfTransforms, *, joint_names: Sequence[str], position_margins: Sequence[float],
+                 velocity_scale: float, acceleration_limits: Sequence[float], max_target_lead: Sequence[float],
+                 **rest) -> EnvelopeLimits:
+    """Limits from the robot's URDF (positions, velocities) and the configuration."""
+    model = kinematics.model
+    n = len(joint_names)
+    for name, values in (("position_margins", position_margins), ("acceleration_limits", acceleration_limits),
+                         ("max_target_lead", max_target_lead)):
+        if len(values) != n:
+            raise EnvelopeConfigError(f"{name} has {len(values)} values but joint_names has {n}: one per joint")
+    if not 0 < velocity_scale <= 1:
+        raise EnvelopeConfigError(f"velocity_scale must be in (0, 1], got {velocity_scale}")
+    lower, upper, velocity = [], [], []
+    for joint, margin in zip(joint_names, position_margins):
+        if not model.existJointName(joint):
+            raise EnvelopeConfigError(f"joint '{joint}' of joint_names is not in the robot's URDF")
+        j = model.joints[model.getJointId(joint)]
+        lower.append(float(model.lowerPositionLimit[j.idx_q]) + margin)
+        upper.append(float(model.upperPositionLimit[j.idx_q]) - margin)
+        velocity.append(float(model.velocityLimit[j.idx_v]) * velocity_scale)
+    links = rest.get("checked_links", ())
+    unknown = [link for link in links if not model.existFrame(link)]
+    if unknown:
+        raise EnvelopeConfigError(f"checked_links {unknown} are not frames of the robot's URDF")
+    return EnvelopeLimits(joint_names=tuple(joint_names), lower=tuple(lower), upper=tuple(upper),
+                          velocity=tuple(velocity), acceleration=tuple(float(a) for a in acceleration_limits),
+                          max_target_lead=tuple(float(v) for v in max_target_lead), **rest)
+
+
+def tighten_from_twin(limits: EnvelopeLimits, parameters: ParameterSet, *, k_sigma: float,
+                      max_cartesian_speed_m_s: float) -> EnvelopeLimits:
+    """Widen the margins by what the twin does not know.
+
+    The command delay is uncertain by sigma: for k_sigma * sigma longer than assumed the
+    robot keeps moving at up to its velocity limit, so each joint margin grows by
+    v_max * k * sigma and the Cartesian margin by max_cartesian_speed * k * sigma.
+    """
+    if "command.delay_s" not in parameters:
+        raise EnvelopeConfigError("the twin has no 'command.delay_s' parameter to tighten the envelope with")
+    extra_s = k_sigma * parameters["command.delay_s"].std
+    widened = [v * extra_s for v in limits.velocity]
+    return replace(limits,
+                   lower=tuple(lo + w for lo, w in zip(limits.lower, widened)),
+                   upper=tuple(hi - w for hi, w in zip(limits.upper, widened)),
+                   cartesian_margin_m=limits.cartesian_margin_m + max_cartesian_speed_m_s * extra_s)
+
+
+@dataclass
+class _History:
+    """Last forwarded targets (the reference of the rate checks)."""
+
+    targets: np.ndarray | None = None
+    velocity: np.ndarray | None = None
+    time_s: float = -math.inf
+
+
+@dataclass
+class Decision:
+    """Outcome of one command: `forward` (positions in `names` order) or a violation."""
+
+    names: list[str]
+    forward: list[float] | None = None
+    violation: Violation | None = None
+    limited: bool = False  # rate_limit mode changed the targets
+    rejected_quietly: str = ""  # refused without a fault (disarmed / faulted)
+
+
+@dataclass
+class EnvelopeMonitor:
+    """The envelope's state machine: DISARMED -> ARMED -> FAULT (latched) -> reset -> ARMED."""
+
+    limits: EnvelopeLimits
+    kinematics: UrdfTransforms
+    state: State = State.DISARMED
+    fault: Violation | None = None
+    hold_positions: dict[str, float] = field(default_factory=dict)
+    commands_forwarded: int = 0
+    commands_rejected: int = 0
+    commands_limited: int = 0
+    _measured: dict[str, float] = field(default_factory=dict)
+    _measured_time_s: float = -math.inf
+    _force_n: float = 0.0
+    _history: _History = field(default_factory=_History)
+    _last_command_s: float | None = None
+
+    # ---------------------------------------------------------------- inputs
+    def on_joint_state(self, names: Sequence[str], positions: Sequence[float],
+                       velocities: Sequence[float], now_s: float) -> None:
+        self._measured.update(zip(names, positions))
+        self._measured_time_s = now_s
+
+    def on_force(self, force_xyz: Sequence[float], now_s: float) -> Violation | None:
+        self._force_n = float(np.linalg.norm(force_xyz))
+        if self.state is State.ARMED and self.limits.max_force_n > 0:
+            if not math.isfinite(self._force_n) or self._force_n > self.limits.max_force_n:
+                return self._latch(Violation(
+                    Fault.FORCE_LIMIT,
+                    f"external force {self._force_n:.1f} N exceeds the limit {self.limits.max_force_n:.1f} N: "
+                    "check the cell for a collision, then reset the fault"))
+        return None
+
+    def tick(self, now_s: float) -> Violation | None:
+        """Watchdogs; call at the monitor's control rate."""
+        if self.state is not State.ARMED:
+            return None
+        age = now_s - self._measured_time_s
+        if age > self.limits.joint_state_timeout_s:
+            return self._latch(Violation(
+                Fault.STALE_JOINT_STATE,
+                f"no joint state for {age * 1e3:.0f} ms (limit {self.limits.joint_state_timeout_s * 1e3:.0f} ms): "
+                "check the robot driver and /joint_states, then reset the fault"))
+        # The command watchdog starts with the first command after arming: arming alone
+        # must not fault before the policy has begun.
+        if self._last_command_s is not None:
+            age = now_s - self._last_command_s
+            if age > self.limits.command_timeout_s:
+                return self._latch(Violation(
+                    Fault.STALE_COMMAND,
+                    f"no command for {age * 1e3:.0f} ms (limit {self.limits.command_timeout_s * 1e3:.0f} ms): "
+                    "the command source stopped or stalled; disarm before stopping a policy, then reset"))
+        return None
+
+    # ---------------------------------------------------------------- commands
+    def check_command(self, names: Sequence[str], positions: Sequence[float], now_s: float) -> Decision:
+        """`now_s`: monotonic receive time."""
+        names = list(names)
+        if self.state is not State.ARMED:
+            self.commands_rejected += 1
+            return Decision(names, rejected_quietly=f"monitor is {self.state.name.lower()}")
+        violation, decision = self._evaluate(names, list(positions), now_s)
+        if violation is not None:
+            self.commands_rejected += 1
+            self._latch(violation)
+            return Decision(names, violation=violation)
+        self._last_command_s = now_s
+        self.commands_forwarded += 1
+        self.commands_limited += decision.limited
+        return decision
+
+    def _evaluate(self, names: list[str], positions: list[float], now_s: float):
+        lim = self.limits
+        try:
+            targets = parse_joint_command(names, positions, lim.joint_names)
+        except CommandRejected as error:
+            fault = Fault.NON_FINITE_COMMAND if error.code == "NON_FINITE_COMMAND" else Fault.UNKNOWN_JOINT
+            return Violation(fault, f"{error.code}: {error}"), None
+        if now_s - self._measured_time_s > lim.joint_state_timeout_s or not self._measured:
+            return Violation(Fault.STALE_JOINT_STATE,
+                             "command arrived without a fresh joint state to check it against: "
+                             "check /joint_states, then reset the fault"), None
+        index = [lim.joint_names.index(n) for n in names]
+        measured_full = np.array([self._measured.get(j, 0.0) for j in lim.joint_names])
+        # Joints the command does not name keep their previous target.
+        reference = self._reference(now_s, measured_full)
+        target = reference.copy()
+        target[index] = [targets[n] for n in names]
+
+        lower, upper = np.array(lim.lower), np.array(lim.upper)
+        out = np.flatnonzero((target < lower) | (target > upper))
+        out = [i for i in out if i in index]
+        if out:
+            detail = ", ".join(f"{lim.joint_names[i]}={target[i]:.4f} outside [{lower[i]:.4f}, {upper[i]:.4f}]"
+                               for i in out)
+            return Violation(Fault.POSITION_LIMIT, f"target beyond the position limits with margin: {detail}",
+                             tuple(lim.joint_names[i] for i in out)), None
+
+        target, limited, violation, velocity = self._rate_check(target, reference, measured_full, index, now_s)
+        if violation is not None:
+            return violation, None
+        violation = self._cartesian_check(measured_full, target)
+        if violation is not None:
+            return violation, None
+        self._history = _History(target.copy(), velocity, now_s)
+        return None, Decision(names, forward=[float(target[i]) for i in index], limited=limited)
+
+    def _reference(self, now_s: float, measured: np.ndarray) -> np.ndarray:
+        recent = now_s - self._history.time_s <= self.limits.command_timeout_s
+        if recent and self._history.targets is not None:
+            return self._history.targets.copy()
+        return measured.copy()
+
+    def _rate_check(self, target, reference, measured, index, now_s):
+        lim = self.limits
+        period = lim.command_period_s
+        vmax, amax = np.array(lim.velocity), np.array(lim.acceleration)
+        velocity = (target - reference) / period
+        recent = now_s - self._history.time_s <= lim.command_timeout_s
+        from_command = recent and self._history.targets is not None
+        previous_velocity = self._history.velocity if recent else None
+        # Velocity is a difference of two commanded targets only from the second command of
+        # a stream on (the first is referenced to the measured position, whose noise over
+        # one period would read as velocity), and acceleration from the third: the first
+        # step is bounded by the velocity and lead checks alone.
+        acceleration = ((velocity - previous_velocity) / period if previous_velocity is not None
+                        else np.zeros_like(velocity))
+        limited = False
+        if lim.limit_mode == "rate_limit":
+            low, high = -vmax, vmax
+            if previous_velocity is not None:
+                low = np.maximum(low, previous_velocity - amax * period)
+                high = np.minimum(high, previous_velocity + amax * period)
+            clamped_velocity = np.clip(velocity, low, np.maximum(low, high))
+            if not np.allclose(clamped_velocity, velocity, rtol=0.0, atol=1e-12):
+                limited = True
+                target = reference + clamped_velocity * period
+                velocity = clamped_velocity
+        else:
+            fast = [i for i in index if abs(velocity[i]) > vmax[i]]
+            if fast:
+                detail = ", ".join(f"{lim.joint_names[i]} {velocity[i]:+.3f} (limit {vmax[i]:.3f})" for i in fast)
+                return target, False, Violation(
+                    Fault.VELOCITY_LIMIT, f"commanded step implies a velocity over the limit: {detail} per s; "
+                    "smooth the command or raise velocity_scale", tuple(lim.joint_names[i] for i in fast)), None
+            jerky = [i for i in index if abs(acceleration[i]) > amax[i]]
+            if jerky:
+                detail = ", ".join(f"{lim.joint_names[i]} {acceleration[i]:+.2f} (limit {amax[i]:.2f})"
+                                   for i in jerky)
+                return target, False, Violation(
+                    Fault.ACCELERATION_LIMIT, f"commanded steps imply an acceleration over the limit: {detail} "
+                    "per s^2; smooth the command", tuple(lim.joint_names[i] for i in jerky)), None
+        next_velocity = velocity if from_command else None
+        lead = np.abs(target - measured)
+        far = [i for i in index if lead[i] > lim.max_target_lead[i]]
+        if far:
+            detail = ", ".join(f"{lim.joint_names[i]} {lead[i]:.3f} (limit {lim.max_target_lead[i]:.3f})"
+                               for i in far)
+            return target, False, Violation(
+                Fault.VELOCITY_LIMIT, f"target runs ahead of the measured position: {detail}; "
+                "the robot would jump to it", tuple(lim.joint_names[i] for i in far)), None
+        return target, limited, None, next_velocity
+
+    def _cartesian_check(self, start: np.ndarray, end: np.ndarray) -> Violation | None:
+        lim = self.limits
+        if not lim.checked_links:
+            return None
+        steps = max(1, int(math.ceil(np.max(np.abs(end - start)) / lim.sample_spacing_rad)))
+        workspace = lim.workspace.grown(-lim.cartesian_margin_m)
+        keep_out = [box.grown(lim.cartesian_margin_m) for box in lim.keep_out]
+        for k in range(1, steps + 1):
+            q = start + (end - start) * (k / steps)
+            points = self.link_positions(q)
+            outside = ~workspace.contains(points)
+            if outside.any():
+                link = lim.checked_links[int(np.argmax(outside))]
+                p = points[int(np.argmax(outside))]
+                return Violation(Fault.WORKSPACE,
+                                 f"{link} would leave the workspace box at ({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m "
+                                 f"(box {workspace.minimum}..{workspace.maximum} after a "
+                                 f"{lim.cartesian_margin_m:.3f} m margin); command a path inside it")
+            for box in keep_out:
+                inside = box.contains(points)
+                if inside.any():
+                    link = lim.checked_links[int(np.argmax(inside))]
+                    p = points[int(np.argmax(inside))]
+                    return Violation(Fault.KEEP_OUT,
+                                     f"{link} would enter keep-out box '{box.name}' at "
+                                     f"({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m; command a path around it")
+        return None
+
+    def link_positions(self, q: np.ndarray) -> np.ndarray:
+        """World positions (n_links, 3) of the checked links at joint positions q (joint_names order)."""
+        positions = dict(zip(self.limits.joint_names, q.tolist()))
+        if "panda_finger_joint1" in positions:
+            positions.setdefault("panda_finger_joint2", positions["panda_finger_joint1"])  # mimic
+        return np.array([self.kinematics.world_T_link(link, positions)[:3, 3] for link in self.limits.checked_links])
+
+    # ---------------------------------------------------------------- state
+    def _latch(self, violation: Violation) -> Violation:
+        if self.state is State.FAULT:
+            return self.fault  # the first fault stays the reason
+        self.state = State.FAULT
+        self.fault = violation
+        self.hold_positions = self.current_positions()
+        return violation
+
+    def current_positions(self) -> dict[str, float]:
+        return {j: self._measured[j] for j in self.limits.joint_names if j in self._measured}
+
+    def arm(self, now_s: float) -> str:
+        """Returns '' on success, else why arming was refused."""
+        if self.state is State.FAULT:
+            return f"a fault is latched ({self.fault.fault.name}): reset it first"
+        if now_s - self._measured_time_s > self.limits.joint_state_timeout_s:
+            return "no fresh joint state: cannot arm without knowing where the robot is"
+        self.state = State.ARMED
+        self._forget_commands()
+        return ""
+
+    def disarm(self) -> None:
+        if self.state is State.ARMED:
+            self.state = State.DISARMED
+            self.hold_positions = self.current_positions()
+        self._forget_commands()
+
+    def reset_fault(self, now_s: float) -> tuple[Fault, str]:
+        """Clear the latched fault and re-arm. Returns (cleared fault, refusal or '')."""
+        if self.state is not State.FAULT:
+            return Fault.NONE, ""
+        cleared = self.fault.fault
+        if now_s - self._measured_time_s > self.limits.joint_state_timeout_s:
+            return cleared, "joint states are still stale: fix them before resetting"
+        if self.limits.max_force_n > 0 and self._force_n > self.limits.max_force_n:
+            return cleared, f"external force is still {self._force_n:.1f} N: clear the contact before resetting"
+        self.state, self.fault = State.ARMED, None
+        self._forget_commands()
+        return cleared, ""
+
+    def _forget_commands(self) -> None:
+        self._history = _History()
+        self._last_command_s = None
+
+
+def limits_summary(limits: EnvelopeLimits) -> Mapping[str, str]:
+    """Key values for diagnostics."""
+    return {"limit_mode": limits.limit_mode, "command_period_s": f"{limits.command_period_s:.4f}",
+            "cartesian_margin_m": f"{limits.cartesian_margin_m:.3f}",
+            "keep_out_boxes": str(len(limits.keep_out)), "max_force_n": f"{limits.max_force_n:.1f}"}

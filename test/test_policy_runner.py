@@ -1,0 +1,133 @@
+"""The policy runner over DDS: refuses mismatched policies, runs recorded trials through the
+envelope monitor on the emulated workcell, and a killed runner leaves the robot held."""
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from rclpy.action import ActionClient
+from sensor_msgs.msg import JointState
+from twinloop_interfaces.action import RunTrials
+from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
+
+from twinloop_policy.scripted import write_scripted_policy
+from twinloop_safety.testing import RELIABLE, EnvelopeCell, stamp_s
+from twinloop_sim.testing import NodeProcess, fresh_domain_id
+from twinloop_twin.workcell import load_workcell
+
+pytestmark = pytest.mark.ros
+
+RUNNER = "twinloop_policy.policy_runner_node"
+TIMEOUT_S = 0.5  # monitor watchdogs, generous for a shared 2-core host
+
+
+@pytest.fixture(scope="module")
+def home():
+    return load_workcell().home_arm_positions
+
+
+def _refused(tmp_path, folder) -> str:
+    process = NodeProcess(RUNNER, fresh_domain_id(), {"policy_path": str(folder)}, log_path=tmp_path / "runner.log")
+    code = process.process.wait(timeout=60)
+    log = process.log()
+    process.stop()
+    assert code == 2, log
+    return log
+
+
+def test_runner_refuses_a_mismatched_policy(tmp_path, home):
+    wrong_size = write_scripted_policy(tmp_path / "size", home, observation_size=6)
+    log = _refused(tmp_path, wrong_size.folder)
+    assert "declares size 6 but lists 7 joints" in log
+    wrong_names = write_scripted_policy(tmp_path / "names", home, joints=[f"joint_a{i}" for i in range(1, 8)])
+    log = _refused(tmp_path, wrong_names.folder)
+    assert "joint_a1" in log and "not commandable" in log
+    too_fast = write_scripted_policy(tmp_path / "rate", home, rate_hz=1000.0)
+    assert "faster than the robot's joint states" in _refused(tmp_path, too_fast.folder)
+
+
+@pytest.fixture(scope="module")
+def cell(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("runner")
+    cell = EnvelopeCell(logs, {"command_timeout_s": TIMEOUT_S, "joint_state_timeout_s": TIMEOUT_S})
+    cell.logs = logs
+    yield cell
+    cell.close()
+
+
+def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
+    bags = tmp_path / "bags"
+    goal = [home[0] + 0.15, home[1] + 0.1] + home[2:]
+    # max_age 50 ms: other tests share the 2 cores and delay joint states now and then.
+    policy = write_scripted_policy(tmp_path / "reach", goal, rate_hz=250.0, timeout_s=10.0, max_age_s=0.05)
+    recorder = NodeProcess("twinloop_logging.recorder_node", cell.domain_id, {"output_dir": str(bags)},
+                           log_path=cell.logs / "recorder.log")
+    runner = NodeProcess(RUNNER, cell.domain_id, {"twin_version": "emulated/v0", "settle_s": 0.3},
+                         log_path=cell.logs / "runner.log")
+    cell.extra += [recorder, runner]
+    policy_commands = cell.probe.collect(JointState, "/twinloop/policy/command", RELIABLE)
+    client = ActionClient(cell.probe.node, RunTrials, "/policy_runner/run_trials")
+    assert client.wait_for_server(timeout_sec=60.0), runner.log()
+    feedback = []
+    sent = client.send_goal_async(RunTrials.Goal(policy_path=str(policy.folder), num_trials=2, split="held_out",
+                                                 record=True), feedback_callback=feedback.append)
+    cell.probe.wait_for(sent.done, 10.0, "goal acceptance")
+    result_future = sent.result().get_result_async()
+    cell.probe.wait_for(result_future.done, 90.0, "the trials")
+    result = result_future.result().result
+    assert result.error.code == ErrorCode.NONE, result.error.message + runner.log()
+    assert [o.trial_index for o in result.outcomes] == [0, 1]
+    for outcome in result.outcomes:
+        assert outcome.success, outcome.reason
+        assert outcome.reason == "goal reached"
+        # 0.15 rad at <= 0.5 rad/s with 2 rad/s^2 ramps: ~1.5 s of motion.
+        assert 0.8 < outcome.duration_s < 6.0
+    assert {"resetting", "recording", "running"} <= {f.feedback.status for f in feedback}
+
+    # Each trial is its own bag with the session metadata of a held-out trial.
+    from twinloop_logging.bag_reader import Bag
+    paths = [o.bag_path for o in result.outcomes]
+    assert len(set(paths)) == 2
+    for index, path in enumerate(paths):
+        bag = Bag(path)
+        session = bag.session
+        assert (session.purpose, session.split, session.trial_index) == ("trial", "held_out", index)
+        assert session.policy_version == "scripted_reach@1" and session.twin_version == "emulated/v0"
+        assert "/joint_command" in bag.topic_stats and "/twinloop/policy/command" in bag.topic_stats
+
+    # Everything the policy sent came out of the monitor unchanged (same stamps, same targets).
+    out = {stamp_s(m.header.stamp): list(m.position) for _, m in cell.hardware_commands
+           if m.header.frame_id == ""}
+    sent_cmds = [(stamp_s(m.header.stamp), list(m.position)) for _, m in policy_commands]
+    assert len(sent_cmds) > 300
+    assert all(out.get(t) == p for t, p in sent_cmds), "a policy command was changed or dropped by the monitor"
+    assert cell.latest_status().state == EnvelopeStatus.STATE_DISARMED
+    final = cell.measured()
+    assert abs(final["panda_joint1"] - goal[0]) < 0.01 and abs(final["panda_joint2"] - goal[1]) < 0.01
+    runner.stop()
+    recorder.stop()
+
+
+def test_killed_runner_leaves_the_robot_held(cell, home, tmp_path):
+    cell.reset_fault()
+    cell.set_armed(False)
+    cell.reset_workcell()
+    # A long reach (joint 7, no Cartesian limit near): killed mid-motion.
+    policy = write_scripted_policy(tmp_path / "long", home[:6] + [home[6] + 1.5], timeout_s=30.0, max_age_s=0.05)
+    runner = NodeProcess(RUNNER, cell.domain_id, {"policy_path": str(policy.folder), "autostart": True},
+                         log_path=cell.logs / "runner-killed.log")
+    cell.extra.append(runner)
+    cell.probe.wait_for(lambda: cell.measured()["panda_joint7"] > home[6] + 0.3, 60.0, "the policy moving joint 7")
+    runner.process.send_signal(signal.SIGKILL)  # no clean shutdown: the stream just stops
+    killed_at = time.time()
+    status = cell.wait_for_fault(5.0)
+    assert status.fault == EnvelopeStatus.FAULT_STALE_COMMAND, status.reason
+    hold = cell.holds_after(killed_at - 0.05)[0]
+    reaction = stamp_s(hold.header.stamp) - killed_at
+    assert reaction < TIMEOUT_S + 0.1, reaction
+    time.sleep(1.0)
+    held = dict(zip(hold.name, hold.position))["panda_joint7"]
+    assert abs(cell.measured()["panda_joint7"] - held) < 3e-3
+    assert held < home[6] + 1.2, "the robot should have stopped well short of the goal"
+    runner.stop()
