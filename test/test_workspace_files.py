@@ -207,7 +207,7 @@ def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
 def test_launch_file_starts_declared_executables(relative):
     tree = _launch_tree(relative)
     nodes = _calls(tree, "Node")
-    assert nodes, f"{relative}: starts no Node"
+    assert nodes or _calls(tree, "IncludeLaunchDescription"), f"{relative}: starts no Node and includes nothing"
     for call in nodes:
         package = _literal_key(_keyword(call, "package"))
         executable = _literal_key(_keyword(call, "executable"))
@@ -241,10 +241,15 @@ def test_launch_arguments_are_declared_and_used(relative):
 
 
 def _referenced_files(tree: ast.AST) -> list[str]:
-    """Share-relative paths built as PathJoinSubstitution([<share>, 'dir', ..., 'file'])."""
+    """Share-relative paths built as PathJoinSubstitution([share_dir, 'dir', ..., 'file'])
+    (the launch files' convention for the share); paths relative to other roots (a twin
+    folder given as an argument) are not workspace files."""
     paths = []
     for call in _calls(tree, "PathJoinSubstitution"):
         if not call.args or not isinstance(call.args[0], (ast.List, ast.Tuple)):
+            continue
+        first = call.args[0].elts[0] if call.args[0].elts else None
+        if not (isinstance(first, ast.Name) and first.id == "share_dir"):
             continue
         tail = []
         for element in reversed(call.args[0].elts):

@@ -1,0 +1,47 @@
+"""A twin version in simulation, on simulated time, with the twinloop stack and RViz:
+MuJoCo through the sim bridge, or Isaac Sim through its ROS 2 bridge.
+
+    ros2 launch twinloop_sim sim.launch.py twin_path:=twins/emulated/v3 [simulator:=isaac]
+"""
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription
+from launch.conditions import IfCondition
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+from launch.substitutions import EnvironmentVariable, LaunchConfiguration, PathJoinSubstitution, PythonExpression
+from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
+from launch_ros.substitutions import FindPackageShare
+
+
+def generate_launch_description() -> LaunchDescription:
+    share_dir = LaunchConfiguration('share_dir')
+    simulator = LaunchConfiguration('simulator')
+    twin_path = LaunchConfiguration('twin_path')
+    real_time = LaunchConfiguration('real_time')
+    isaac_python = LaunchConfiguration('isaac_python')
+    twin_usd = LaunchConfiguration('twin_usd')
+    gui = LaunchConfiguration('gui')
+    return LaunchDescription([
+        DeclareLaunchArgument(
+            'share_dir',
+            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_sim')),
+            description='folder holding twinloop config/, urdf/ and launch/'),
+        DeclareLaunchArgument('simulator', default_value='mujoco', choices=['mujoco', 'isaac'],
+                              description='mujoco: the sim bridge; isaac: Isaac Sim with its ROS 2 bridge'),
+        DeclareLaunchArgument('twin_path', default_value='twins/emulated/v0', description='twin version folder'),
+        DeclareLaunchArgument('real_time', default_value='true',
+                              description='mujoco: pace to the wall clock; false: as fast as possible'),
+        DeclareLaunchArgument('isaac_python', default_value='/isaac-sim/python.sh',
+                              description="isaac: Isaac Sim's python launcher"),
+        DeclareLaunchArgument('twin_usd', default_value=PathJoinSubstitution([twin_path, 'twin.usda']),
+                              description='isaac: the twin exported with `twinloop-twin export-usd`'),
+        DeclareLaunchArgument('gui', default_value='true', description='start RViz'),
+        Node(package='twinloop_sim', executable='sim_bridge', name='sim_bridge', output='screen',
+             condition=IfCondition(PythonExpression(["'", simulator, "' == 'mujoco'"])),
+             parameters=[{'twin_path': twin_path, 'real_time': ParameterValue(real_time, value_type=bool)}]),
+        ExecuteProcess(cmd=[isaac_python, '-m', 'twinloop_sim.isaac_twin_bridge', '--usd', twin_usd],
+                       output='screen', condition=IfCondition(PythonExpression(["'", simulator, "' == 'isaac'"]))),
+        IncludeLaunchDescription(
+            PythonLaunchDescriptionSource(PathJoinSubstitution([share_dir, 'launch', 'stack.launch.py'])),
+            launch_arguments={'share_dir': share_dir, 'use_sim_time': 'true', 'gui': gui}.items()),
+    ])
