@@ -135,7 +135,7 @@ def test_reader_in_another_process_never_sees_a_torn_snapshot():
     assert child.exitcode == 0
     # "zero torn" means something only if reads really overlapped writes: without the
     # sequence re-check this hammer shows hundreds of torn snapshots per second
-    assert writes > 10_000 and summary["reads"] > 2_000 and summary["distinct"] > 500, (writes, summary)
+    assert writes > 10_000 and summary["reads"] > 2_000 and summary["distinct"] > 100, (writes, summary)
     assert summary["torn"] == 0, summary
     assert summary["stale_stamps"] == 0, summary
     assert summary["backwards"] == 0, summary
