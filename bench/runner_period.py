@@ -25,7 +25,7 @@ from twinloop_twin.workcell import load_workcell
 def measure(rate_hz: float, seconds: float, work: Path) -> np.ndarray:
     domain = fresh_domain_id()
     home = load_workcell().home_arm_positions
-    policy = write_scripted_policy(work / f"p{rate_hz:.0f}", home, rate_hz=rate_hz, max_age_s=0.05)
+    policy = write_scripted_policy(work / f"p{rate_hz:.0f}", home, rate_hz=rate_hz, max_age_s=0.5)  # a loaded host must not end the run
     workcell = NodeProcess("twinloop_sim.emulated_workcell_node", domain, {"cameras_enabled": False},
                            log_path=work / "workcell.log")
     runner = NodeProcess("twinloop_policy.policy_runner_node", domain,

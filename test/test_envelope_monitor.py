@@ -232,19 +232,25 @@ def test_disarmed_monitor_forwards_nothing(cell):
 
 def test_well_behaved_commands_pass_unchanged(cell):
     start = cell.prepare()
+    armed = cell.latest_status()
     ramp = cell.ramp(start, "panda_joint2", 0.25, acceleration=3.0, duration_s=1.5)
     ramp.join()
+    final = ramp.sent[-1][1]["panda_joint2"]
+    # The robot reaches the last target: every command went through (the servo settles
+    # within ~1.5 s; joint 2 carries the arm's weight).
+    cell.probe.wait_for(lambda: abs(cell.measured()["panda_joint2"] - final) < 3e-3, 5.0, "the final target")
     cell.set_armed(False)
     status = cell.latest_status()
     assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
-    time.sleep(1.5)  # the servo settles (joint 2 carries the arm's weight)
+    # The monitor's own counts: all forwarded, none refused.
+    assert status.commands_forwarded - armed.commands_forwarded == len(ramp.sent)
+    assert status.commands_rejected == armed.commands_rejected
     sent = {round(t, 6): c for t, c in ramp.sent}
     out = {round(stamp_s(m.header.stamp), 6): dict(zip(m.name, m.position)) for _, m in cell.hardware_commands
            if m.header.frame_id == "" and round(stamp_s(m.header.stamp), 6) in sent}
-    assert len(out) == len(sent), f"{len(sent) - len(out)} of {len(sent)} commands did not come out"
-    assert all(out[t] == sent[t] for t in sent), "a command was changed on its way"
-    final = ramp.sent[-1][1]["panda_joint2"]
-    assert abs(cell.measured()["panda_joint2"] - final) < 3e-3
+    # The probe itself may miss a few of them on a loaded host; what it saw is unchanged.
+    assert len(out) > 0.9 * len(sent), f"{len(sent) - len(out)} of {len(sent)} commands seen coming out"
+    assert all(out[t] == sent[t] for t in out), "a command was changed on its way"
 
 
 def test_markers_and_status_are_latched(cell):

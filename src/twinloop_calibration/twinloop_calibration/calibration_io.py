@@ -41,34 +41,35 @@ def calibration_document(result: HandEyeResult, *, camera_name: str, parent_fram
         "covariance": {"order": "tx ty tz rx ry rz (m, rad; rotation vector; errors in the parent frame)",
                        "model": str(result.extra.get("covariance_model", "")),
                        "matrix_6x6": _floats(result.covariance)},
-        "std_1sigma": {"translation_mm": round(std_t * 1e3, 4), "rotation_deg": round(math.degrees(std_r), 5)},
+        "std_1sigma": {"translation_mm": round(float(std_t) * 1e3, 4), "rotation_deg": round(math.degrees(std_r), 5)},
         "target_transform": {"meaning": "base_T_target" if result.setup == Setup.EYE_IN_HAND else "gripper_T_target",
                              "translation_m": _floats(result.target_transform[:3, 3]),
                              "quaternion_xyzw": _floats(se3.to_xyz_quat(result.target_transform)[1])},
         "method": result.method,
-        "reprojection_rms_px": round(result.reprojection_rms_px, 4),
-        "held_out_rms_px": round(result.held_out_rms_px, 4),
-        "held_out_rms_px_by_candidate": {k: round(v, 4) for k, v in result.held_out_rms_px_by_candidate.items()},
-        "views_used": result.views_used,
-        "views_rejected": list(result.rejected_views),
-        "noise_model": {"pixel_std_px": result.noise.pixel_std_px,
-                        "robot_translation_std_mm": result.noise.robot_translation_std_m * 1e3,
-                        "robot_rotation_std_deg": math.degrees(result.noise.robot_rotation_std_rad),
-                        "at_bound": result.noise.at_bound},
-        "diversity": {"rotation_spread_deg": list(result.diversity.rotation_spread_deg),
-                      "max_rotation_deg": result.diversity.max_rotation_deg},
+        "reprojection_rms_px": round(float(result.reprojection_rms_px), 4),
+        "held_out_rms_px": round(float(result.held_out_rms_px), 4),
+        "held_out_rms_px_by_candidate": {k: round(float(v), 4) for k, v in result.held_out_rms_px_by_candidate.items()},
+        "views_used": int(result.views_used),
+        "views_rejected": [int(v) for v in result.rejected_views],
+        "noise_model": {"pixel_std_px": float(result.noise.pixel_std_px),
+                        "robot_translation_std_mm": float(result.noise.robot_translation_std_m * 1e3),
+                        "robot_rotation_std_deg": float(math.degrees(result.noise.robot_rotation_std_rad)),
+                        "at_bound": bool(result.noise.at_bound)},
+        "diversity": {"rotation_spread_deg": [float(v) for v in result.diversity.rotation_spread_deg],
+                      "max_rotation_deg": float(result.diversity.max_rotation_deg)},
         "intrinsics": {"camera_matrix": _floats(camera.camera_matrix), "distortion": _floats(camera.distortion),
-                       "width": camera.width, "height": camera.height,
-                       "reprojection_rms_px": camera.reprojection_rms_px},
+                       "width": int(camera.width), "height": int(camera.height),
+                       "reprojection_rms_px": None if camera.reprojection_rms_px is None
+                       else float(camera.reprojection_rms_px)},
         "source": source,
     }
     if result.bootstrap_ratio is not None:
-        document["bootstrap_std_ratio"] = {"translation": round(result.bootstrap_ratio[0], 3),
-                                           "rotation": round(result.bootstrap_ratio[1], 3)}
+        document["bootstrap_std_ratio"] = {"translation": round(float(result.bootstrap_ratio[0]), 3),
+                                           "rotation": round(float(result.bootstrap_ratio[1]), 3)}
     if time_offset is not None:
-        document["time_offset"] = {"offset_s": time_offset.offset_s if time_offset.observable else None,
-                                   "std_s": time_offset.std_s if time_offset.observable else None,
-                                   "observable": time_offset.observable, "reason": time_offset.reason}
+        document["time_offset"] = {"offset_s": float(time_offset.offset_s) if time_offset.observable else None,
+                                   "std_s": float(time_offset.std_s) if time_offset.observable else None,
+                                   "observable": bool(time_offset.observable), "reason": time_offset.reason}
     return document
 
 
@@ -77,9 +78,13 @@ def write_calibration(path: Path | str, document: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w") as stream:
-        yaml.safe_dump(document, stream, sort_keys=False)
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            yaml.safe_dump(document, stream, sort_keys=False)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -111,6 +111,10 @@ class CalibrationServer(Node):
             result.error = ErrorCode(code=getattr(ErrorCode, code, ErrorCode.UNKNOWN), message=str(error))
             self.get_logger().error(f"calibration failed ({code}): {error}")
             goal_handle.canceled() if code == "CANCELED" else goal_handle.abort()
+        except Exception as error:  # noqa: BLE001 - a goal must always end with a result that says why
+            result.error = ErrorCode(code=ErrorCode.UNKNOWN, message=f"{type(error).__name__}: {error}")
+            self.get_logger().error(f"calibration failed: {error!r}")
+            goal_handle.abort()
         return result
 
     def calibrate(self, goal_handle, goal, result) -> None:
@@ -153,9 +157,12 @@ class CalibrationServer(Node):
 
     def collect(self, goal_handle, count, moving_camera, static_camera):
         planner = self._planner(moving_camera)
+        deadline = time.monotonic() + 30.0
+        while self.joints.latest() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         latest = self.joints.latest()
         if latest is None:
-            raise TimeoutError("no /joint_states received: is the workcell (or robot driver) running?")
+            raise TimeoutError("no /joint_states received in 30 s: is the workcell (or robot driver) running?")
         start = dict(zip(ARM_JOINTS, latest[1]))
         plan = planner.plan(count, start, seed=self.p["seed"])
         views, static, detections = [], [], []

@@ -312,8 +312,8 @@ def opencv_estimates(setup: Setup, views: Sequence[View], camera: CameraModel) -
     for name, method in ROBOT_WORLD_METHODS.items():
         try:
             r_bw, t_bw, r_gc, t_gc = cv2.calibrateRobotWorldHandEye(
-                [t[:3, :3] for t in camera_T_target], [t[:3, 3] for t in camera_T_target],
-                [m[:3, :3] for m in middle], [m[:3, 3] for m in middle], method=method)
+                [t[:3, :3] for t in camera_T_target], [t[:3, 3:4].copy() for t in camera_T_target],
+                [m[:3, :3] for m in middle], [m[:3, 3:4].copy() for m in middle], method=method)
         except cv2.error:
             continue
         x, b = se3.inv(se3.make(r_gc, t_gc)), se3.inv(se3.make(r_bw, t_bw))

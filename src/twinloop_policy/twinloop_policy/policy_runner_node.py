@@ -96,9 +96,10 @@ class PolicyRunnerNode(Node):
         self.loop = PolicyLoop(spec, load_module(spec))
         self.assembler = ObservationAssembler(spec)
 
-    def _start_stepping(self, done: Future, timeout_s: float) -> None:
+    def _start_stepping(self, done: Future, timeout_s: float, *, judge: bool = True) -> None:
+        """Step the policy at its rate until `done`: goal (when judged), timeout (> 0), fault."""
         self.loop.reset()
-        self._trial = {"done": done, "start": time.monotonic(), "timeout_s": timeout_s}
+        self._trial = {"done": done, "start": time.monotonic(), "timeout_s": timeout_s, "judge": judge}
         self._timer = self.create_timer(1.0 / self.loop.spec.rate_hz, self.on_tick)
 
     def deactivate(self) -> None:
@@ -139,7 +140,7 @@ class PolicyRunnerNode(Node):
         elapsed = now - trial["start"]
         if self.envelope.state == EnvelopeStatus.STATE_FAULT:
             self._finish(False, f"envelope fault {self.envelope.fault}: {self.envelope.reason}")
-        elif goal_reached(self.loop.spec, self.assembler.positions()):
+        elif trial["judge"] and goal_reached(self.loop.spec, self.assembler.positions()):
             self._finish(True, "goal reached")
         elif trial["timeout_s"] > 0 and elapsed > trial["timeout_s"]:
             self._finish(False, f"timeout after {elapsed:.1f} s")
@@ -151,6 +152,8 @@ class PolicyRunnerNode(Node):
             done.set_result((success, reason))
 
     def _autostart_once(self) -> None:
+        if not self.assembler.positions():
+            return  # wait for the first joint state
         if self._trial is None and self._timer is None and not getattr(self, "_autostarted", False):
             self._autostarted = True
             self.executor.create_task(self._autostart())
@@ -162,7 +165,7 @@ class PolicyRunnerNode(Node):
             self.get_logger().error(f"autostart: {error}")
             return
         done = Future()
-        self._start_stepping(done, 0.0)
+        self._start_stepping(done, 0.0, judge=False)
         success, reason = await done
         self.get_logger().info(f"autostarted policy ended: {reason}")
 

@@ -20,7 +20,8 @@ from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.workcell import load_workcell
 
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
-RELIABLE = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+# Deep: the probe is one Python thread taking 500 Hz joint states plus the command topics.
+RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 COMMANDED = [f"panda_joint{i}" for i in range(1, 8)] + ["panda_finger_joint1"]
 STARTUP_S = 40.0
 
@@ -93,7 +94,11 @@ class EnvelopeCell:
         self.set_armed(False)
         self.reset_workcell()
         time.sleep(0.4)
+        deadline = time.monotonic() + 5.0
         response = self.set_armed(True)
+        while response.error.code != ErrorCode.NONE and time.monotonic() < deadline:
+            time.sleep(0.2)  # a loaded host may hold joint states back for a moment
+            response = self.set_armed(True)
         assert response.error.code == ErrorCode.NONE, response.error.message
         self.probe.wait_for(lambda: self.latest_status().state == EnvelopeStatus.STATE_ARMED, 5.0, "armed status")
         return dict(self.home)

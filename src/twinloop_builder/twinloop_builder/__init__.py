@@ -1,0 +1,1 @@
+"""twinloop_builder: physics identification into new twin versions."""

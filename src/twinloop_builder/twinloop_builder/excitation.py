@@ -1,0 +1,323 @@
+"""Safe exciting trajectories for identification: joint multi-sines and box pushes.
+
+Pure Python (no rclpy). The joint excitation is a band-limited multi-sine per joint
+(distinct random frequencies and phases, amplitudes ~1/f so every component moves the
+joint at a similar speed), faded in and out with a raised-cosine window so it starts and
+ends at rest at the home pose. Every trajectory is checked against the joint range (with a
+margin), a fraction of the URDF velocity limit, and the workspace (the hand stays above the
+table, no contact anywhere) on the twin's own MuJoCo model before it is played; amplitudes
+shrink until it passes.
+
+Pushes are Cartesian paths of the closed hand (tool centre point at the box's mid-height,
+pointing down) turned into joint trajectories by damped least-squares IK on the same model.
+"""
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import mujoco
+import numpy as np
+import yaml
+
+from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
+
+TCP_BODY = "panda_hand_tcp"
+GRIPPER_JOINT = "panda_finger_joint1"
+ROBOT_ROOT = "panda_link0"
+
+
+class ExcitationError(ValueError):
+    """An excitation that cannot be made safe, or a bad excitation file; says what to change."""
+
+
+@dataclass(frozen=True)
+class JointExcitationConfig:
+    duration_s: float = 30.0  # s, including the fade in and out
+    ramp_s: float = 1.5  # s, raised-cosine fade in and out
+    band_hz: tuple[float, float] = (0.1, 1.0)  # Hz, frequency band of the multi-sine
+    components: int = 5  # sines per joint
+    amplitude: Mapping[str, float] = field(default_factory=dict)  # peak deviation from home, rad (m)
+    velocity_fraction: float = 0.5  # of the URDF velocity limit
+    position_margin_rad: float = 0.15  # rad, kept from each joint limit
+    min_tcp_height_m: float = 0.15  # m above the table top, anywhere on the path
+    command_rate_hz: float = 250.0  # Hz, rate the commands are published at
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PushConfig:
+    direction_deg: float  # push direction in the world xy plane (0: +x)
+    offset_m: float = 0.0  # lateral offset of the contact point from the box centre
+    distance_m: float = 0.06  # m the hand travels past first contact
+    speed_m_s: float = 0.25  # m/s, hand speed while pushing
+
+
+@dataclass(frozen=True)
+class ExcitationConfig:
+    joints: JointExcitationConfig
+    pushes: tuple[PushConfig, ...]
+
+
+@dataclass
+class JointTrajectory:
+    """Position targets of the commanded joints at the command rate."""
+
+    t: np.ndarray  # (N,) s from the start
+    joints: tuple[str, ...]  # COMMANDED_JOINTS
+    positions: np.ndarray  # (N, len(joints))
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.t[-1]) if len(self.t) else 0.0
+
+    def then(self, other: "JointTrajectory") -> "JointTrajectory":
+        dt = (self.t[1] - self.t[0]) if len(self.t) > 1 else 0.0
+        return JointTrajectory(np.concatenate([self.t, other.t + self.t[-1] + dt]), self.joints,
+                               np.vstack([self.positions, other.positions]))
+
+
+def load_excitation_config(path: Path | str) -> ExcitationConfig:
+    """config/excitation.yaml: `joints:` (JointExcitationConfig keys) and `pushes:` (a list)."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ExcitationError(f"{path}: cannot read the excitation file ({error})") from error
+    if not isinstance(raw, dict) or set(raw) != {"joints", "pushes"}:
+        raise ExcitationError(f"{path}: expected exactly the keys 'joints' and 'pushes'")
+    known = set(JointExcitationConfig.__dataclass_fields__)
+    unknown = set(raw["joints"]) - known
+    if unknown:
+        raise ExcitationError(f"{path}: unknown keys {sorted(unknown)} under 'joints'; known: {sorted(known)}")
+    joints = dict(raw["joints"])
+    if "band_hz" in joints:
+        joints["band_hz"] = tuple(float(v) for v in joints["band_hz"])
+    amplitude = joints.get("amplitude", {})
+    bad = [j for j in amplitude if j not in COMMANDED_JOINTS]
+    if bad:
+        raise ExcitationError(f"{path}: amplitude names {bad}, which are not commanded joints {list(COMMANDED_JOINTS)}")
+    pushes = []
+    for i, push in enumerate(raw["pushes"] or []):
+        try:
+            pushes.append(PushConfig(**push))
+        except TypeError as error:
+            raise ExcitationError(f"{path}: push {i}: {error}; keys are direction_deg, offset_m, distance_m, "
+                                  "speed_m_s") from error
+    config = ExcitationConfig(JointExcitationConfig(**joints), tuple(pushes))
+    _validate(config, path)
+    return config
+
+
+def _validate(config: ExcitationConfig, source) -> None:
+    j = config.joints
+    if j.duration_s <= 2 * j.ramp_s:
+        raise ExcitationError(f"{source}: duration_s ({j.duration_s}) must exceed twice ramp_s ({j.ramp_s})")
+    if not 0 < j.band_hz[0] < j.band_hz[1]:
+        raise ExcitationError(f"{source}: band_hz must be [low, high] with 0 < low < high, got {j.band_hz}")
+    if not 0 < j.velocity_fraction <= 1:
+        raise ExcitationError(f"{source}: velocity_fraction must be in (0, 1], got {j.velocity_fraction}")
+    for push in config.pushes:
+        if push.distance_m <= 0 or push.speed_m_s <= 0:
+            raise ExcitationError(f"{source}: pushes need distance_m > 0 and speed_m_s > 0, got {push}")
+
+
+def velocity_limits(urdf_xml: str) -> dict[str, float]:
+    """URDF <limit velocity> of every joint that has one (rad/s or m/s)."""
+    limits = {}
+    for joint in ET.fromstring(urdf_xml).iter("joint"):
+        limit = joint.find("limit")
+        if limit is not None and limit.get("velocity"):
+            limits[joint.get("name")] = float(limit.get("velocity"))
+    return limits
+
+
+class WorkspaceChecker:
+    """Forward kinematics and contacts on the twin's MuJoCo model (a private copy of the data)."""
+
+    def __init__(self, model: mujoco.MjModel, table_height_m: float) -> None:
+        self.model = model
+        self.data = mujoco.MjData(model)
+        self.table_height_m = table_height_m
+        self._qpos = model.jnt_qposadr[[model.joint(j).id for j in ALL_JOINTS]]
+        self._tcp = model.body(TCP_BODY).id
+        root = model.body(ROBOT_ROOT).id
+        self._robot_bodies = {b for b in range(model.nbody) if _descends(model, b, root)}
+
+    def set(self, positions: Mapping[str, float]) -> None:
+        for name, value in positions.items():
+            self.data.qpos[self._qpos[ALL_JOINTS.index(name)]] = value
+        if GRIPPER_JOINT in positions:  # finger 2 mimics finger 1
+            self.data.qpos[self._qpos[ALL_JOINTS.index("panda_finger_joint2")]] = positions[GRIPPER_JOINT]
+        mujoco.mj_forward(self.model, self.data)
+
+    def tcp_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.data.xpos[self._tcp].copy(), self.data.xmat[self._tcp].reshape(3, 3).copy()
+
+    def robot_contacts(self, *, allow_box: bool = False) -> list[tuple[str, str]]:
+        out = []
+        for contact in self.data.contact[:self.data.ncon]:
+            bodies = (self.model.geom_bodyid[contact.geom1], self.model.geom_bodyid[contact.geom2])
+            names = tuple(self.model.body(b).name for b in bodies)
+            if not any(b in self._robot_bodies for b in bodies):
+                continue
+            if allow_box and "box" in names:
+                continue
+            out.append(names)
+        return out
+
+    def violations(self, positions: Mapping[str, float]) -> list[str]:
+        self.set(positions)
+        problems = []
+        height = self.tcp_pose()[0][2] - self.table_height_m
+        if height < 0:
+            problems.append(f"hand {height * 100:.1f} cm below the table top")
+        contacts = self.robot_contacts()
+        if contacts:
+            problems.append(f"contact {contacts[0][0]}-{contacts[0][1]}")
+        return problems
+
+
+def _descends(model: mujoco.MjModel, body: int, root: int) -> bool:
+    while body > 0:
+        if body == root:
+            return True
+        body = model.body_parentid[body]
+    return False
+
+
+def joint_excitation(config: JointExcitationConfig, home: Mapping[str, float], model: mujoco.MjModel,
+                     urdf_xml: str, table_height_m: float, *, excite: tuple[str, ...] | None = None) -> JointTrajectory:
+    """A multi-sine excitation of the commanded joints (all, or those in `excite`) around `home`.
+
+    Raises ExcitationError when no amplitude scale passes the safety checks.
+    """
+    rng = np.random.default_rng(config.seed)
+    dt = 1.0 / config.command_rate_hz
+    t = np.arange(0.0, config.duration_s + dt / 2, dt)
+    window = np.ones_like(t)
+    ramp = t < config.ramp_s
+    window[ramp] = 0.5 * (1 - np.cos(np.pi * t[ramp] / config.ramp_s))
+    tail = t > config.duration_s - config.ramp_s
+    window[tail] = 0.5 * (1 - np.cos(np.pi * (config.duration_s - t[tail]) / config.ramp_s))
+    vmax = velocity_limits(urdf_xml)
+    low, high = model.jnt_range[[model.joint(j).id for j in COMMANDED_JOINTS]].T
+    excite = tuple(excite) if excite is not None else COMMANDED_JOINTS
+    shapes = np.zeros((len(t), len(COMMANDED_JOINTS)))
+    amplitude = np.zeros(len(COMMANDED_JOINTS))
+    for c, joint in enumerate(COMMANDED_JOINTS):
+        freqs = np.exp(rng.uniform(np.log(config.band_hz[0]), np.log(config.band_hz[1]), config.components))
+        phases = rng.uniform(0, 2 * np.pi, config.components)
+        shape = sum(np.sin(2 * np.pi * f * t + p) / f for f, p in zip(freqs, phases))
+        shapes[:, c] = window * shape / np.max(np.abs(shape))
+        if joint not in excite:
+            continue
+        wanted = config.amplitude.get(joint, 0.0)
+        if joint in ARM_JOINTS:
+            room = min(home[joint] - low[c], high[c] - home[joint]) - config.position_margin_rad
+        else:
+            # the gripper's home is fully open (its upper limit): it closes from there and back
+            shapes[:, c] = -window * 0.5 * (1.0 - shape / np.max(np.abs(shape)))
+            room = home[joint] - low[c] - 0.002
+        amplitude[c] = max(0.0, min(wanted, room))
+        peak_speed = np.max(np.abs(np.gradient(shapes[:, c], dt)))
+        if joint in vmax and peak_speed > 0:
+            amplitude[c] = min(amplitude[c], config.velocity_fraction * vmax[joint] / peak_speed)
+    center = np.array([home[j] for j in COMMANDED_JOINTS])
+    checker = WorkspaceChecker(model, table_height_m)
+    for _ in range(12):
+        positions = center + shapes * amplitude
+        problems = _first_violation(checker, positions, config.min_tcp_height_m)
+        if not problems:
+            return JointTrajectory(t, COMMANDED_JOINTS, positions)
+        amplitude *= 0.8
+    raise ExcitationError(f"the excitation stays unsafe even at 7 % of the configured amplitudes ({problems}); "
+                          "lower the amplitudes in the excitation file or change the home pose")
+
+
+def _first_violation(checker: WorkspaceChecker, positions: np.ndarray, min_height_m: float) -> str | None:
+    for row in positions[::10]:
+        values = dict(zip(COMMANDED_JOINTS, row))
+        problems = checker.violations(values)
+        height = checker.tcp_pose()[0][2] - checker.table_height_m
+        if height < min_height_m:
+            problems.append(f"hand {height * 100:.1f} cm above the table (< {min_height_m * 100:.0f} cm)")
+        if problems:
+            return "; ".join(problems)
+    return None
+
+
+# ----------------------------------------------------------------------------- pushes
+
+def solve_ik(checker: WorkspaceChecker, start: Mapping[str, float], position: np.ndarray, rotation: np.ndarray,
+             *, iterations: int = 100, tolerance_m: float = 2e-4) -> dict[str, float]:
+    """Arm joint positions that put the tool centre point at `position` with `rotation`
+    (damped least squares on the MuJoCo model; the fingers keep their value)."""
+    model, data = checker.model, checker.data
+    q = dict(start)
+    dofs = model.jnt_dofadr[[model.joint(j).id for j in ARM_JOINTS]]
+    jacp, jacr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+    for _ in range(iterations):
+        checker.set(q)
+        current, current_rot = checker.tcp_pose()
+        error_p = position - current
+        error_r = 0.5 * sum(np.cross(current_rot[:, i], rotation[:, i]) for i in range(3))
+        if np.linalg.norm(error_p) < tolerance_m and np.linalg.norm(error_r) < 1e-3:
+            return q
+        mujoco.mj_jacBody(model, data, jacp, jacr, model.body(TCP_BODY).id)
+        jac = np.vstack([jacp[:, dofs], jacr[:, dofs]])
+        error = np.concatenate([error_p, error_r])
+        step = jac.T @ np.linalg.solve(jac @ jac.T + 1e-4 * np.eye(6), error)
+        for joint, dq in zip(ARM_JOINTS, step):
+            q[joint] += float(np.clip(dq, -0.2, 0.2))
+    raise ExcitationError(f"no joint solution puts the hand at {np.round(position, 3).tolist()}: move the box "
+                          "closer to the robot or change the push")
+
+
+def _min_jerk(a: np.ndarray, b: np.ndarray, steps: int) -> np.ndarray:
+    s = np.linspace(0.0, 1.0, max(steps, 2))
+    blend = 10 * s**3 - 15 * s**4 + 6 * s**5
+    return a[None, :] + (b - a)[None, :] * blend[:, None]
+
+
+def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: float, home: Mapping[str, float],
+                    checker: WorkspaceChecker, *, command_rate_hz: float = 250.0, approach_height_m: float = 0.08,
+                    clearance_m: float = 0.03) -> JointTrajectory:
+    """Home -> above the pre-push point -> down -> push through the box -> up -> home.
+
+    The fingers close on the way to the box (a closed hand pushes with both pads) and open
+    on the way back. Straight Cartesian segments, IK at every command, warm-started.
+    """
+    direction = np.array([math.cos(math.radians(push.direction_deg)), math.sin(math.radians(push.direction_deg)), 0.0])
+    lateral = np.array([-direction[1], direction[0], 0.0])
+    finger_half_m = 0.012  # closed fingers: half the pad depth along the push
+    start = box_xyz - direction * (box_half_size_m + finger_half_m + clearance_m) + lateral * push.offset_m
+    start[2] = box_xyz[2]
+    end = start + direction * (clearance_m + push.distance_m)
+    lift = np.array([0.0, 0.0, approach_height_m])
+    closed = dict(home, **{GRIPPER_JOINT: 0.0})
+    checker.set(closed)
+    _, rotation = checker.tcp_pose()
+    dt = 1.0 / command_rate_hz
+    gripper = COMMANDED_JOINTS.index(GRIPPER_JOINT)
+    segments = [(start + lift, 1.0), (start, 0.6), (end, (clearance_m + push.distance_m) / push.speed_m_s),
+                (end, 0.5), (end + lift, 0.5)]
+    q = dict(closed)
+    rows = []
+    for target, duration in segments:
+        checker.set(q)
+        begin = checker.tcp_pose()[0]
+        for s in np.linspace(0.0, 1.0, max(2, int(round(duration / dt))))[1:]:
+            blend = 10 * s**3 - 15 * s**4 + 6 * s**5
+            q = solve_ik(checker, q, begin + (target - begin) * blend, rotation)
+            rows.append(np.array([q[j] for j in COMMANDED_JOINTS]))
+    out = np.array(rows)
+    closing = min(len(out), int(round(0.5 / dt)))
+    out[:closing, gripper] = _min_jerk(np.array([home[GRIPPER_JOINT]]), np.array([0.0]), closing)[:, 0]
+    out[closing:, gripper] = 0.0
+    back = _min_jerk(out[-1], np.array([home[j] for j in COMMANDED_JOINTS]), int(round(1.2 / dt)))
+    positions = np.vstack([out, back[1:]])
+    return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions)

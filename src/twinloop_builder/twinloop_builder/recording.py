@@ -1,0 +1,183 @@
+"""A recorded identification session as arrays, read from a bag. Pure Python (no rclpy).
+
+Times are seconds from the first joint state. Commands follow the replay convention of
+twinloop_sim.replay: a command is applied at its log time (when the recorder, on the
+workcell host, received it), so on the physics grid a command recorded in (t_{k-1}, t_k]
+is in force from t_k on.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from twinloop_twin.physics import ALL_JOINTS, COMMANDED_JOINTS
+
+STATE_TOPIC = "/joint_states"
+COMMAND_TOPIC = "/joint_command"
+# The emulated workcell publishes its box's ground-truth pose here. On a real workcell the
+# box pose comes from perception; the push identification reads whichever topic ends so.
+BOX_TOPIC_SUFFIX = "/box_pose"
+
+
+class RecordingError(ValueError):
+    """A recording cannot be used for identification; the message says why and what to do."""
+
+    code = "CORRUPT_INPUT"  # a twinloop_interfaces/ErrorCode name
+
+
+class MissingTopic(RecordingError):
+    code = "MISSING_TOPIC"
+
+
+class WrongJointNames(RecordingError):
+    code = "UNKNOWN_JOINT"
+
+
+class WrongSplit(RecordingError):
+    code = "WRONG_SPLIT"
+
+
+class TooShort(RecordingError):
+    code = "DEGENERATE_DATA"
+
+
+@dataclass
+class Recording:
+    """One continuous recording: joint states, the commands sent, optionally the box pose."""
+
+    name: str
+    state_t: np.ndarray  # (N,) s
+    position: np.ndarray  # (N, 9) in ALL_JOINTS order; rad (m for fingers)
+    velocity: np.ndarray  # (N, 9)
+    effort: np.ndarray  # (N, 9) N*m (N); actuator torque including gravity compensation
+    command_t: np.ndarray  # (M,) s, log time of each command
+    command: np.ndarray  # (M, 8) full target vector (COMMANDED_JOINTS order) in force after it
+    box_t: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K,) s
+    box_pose: np.ndarray = field(default_factory=lambda: np.zeros((0, 7)))  # (K, 7) xyz + quat wxyz
+    split: str = "fit"
+    purpose: str = "identification"
+    path: str = ""
+    sha256: str = ""
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.state_t[-1] - self.state_t[0]) if len(self.state_t) else 0.0
+
+    def commands_on_grid(self, grid_t: np.ndarray) -> np.ndarray:
+        """(len(grid_t), 8) targets in force on a time grid (a command at t_c rules from the first t >= t_c)."""
+        # 100 ns tolerance: a command logged exactly on a grid point rules from that point
+        index = np.searchsorted(self.command_t, np.asarray(grid_t) + 1e-7, side="right") - 1
+        initial = self.position[0, [ALL_JOINTS.index(j) for j in COMMANDED_JOINTS]]
+        out = np.where(index[:, None] >= 0, self.command[np.clip(index, 0, None)], initial[None, :])
+        return out
+
+    def motion_range(self) -> dict[str, float]:
+        """Peak-to-peak travel of each joint over the recording (rad or m)."""
+        return {j: float(np.ptp(self.position[:, i])) for i, j in enumerate(ALL_JOINTS)}
+
+    def window(self, start_s: float, end_s: float, name: str | None = None) -> "Recording":
+        """The part of the recording in [start_s, end_s] (times keep their origin)."""
+        s = (self.state_t >= start_s) & (self.state_t <= end_s)
+        b = (self.box_t >= start_s) & (self.box_t <= end_s)
+        return Recording(name or f"{self.name}[{start_s:.1f},{end_s:.1f}]", self.state_t[s], self.position[s],
+                         self.velocity[s], self.effort[s], self.command_t, self.command, self.box_t[b],
+                         self.box_pose[b], self.split, self.purpose, self.path, self.sha256)
+
+
+def bag_sha256(path: Path | str) -> str:
+    """Content hash of a bag: a rosbag2 folder hashes every file in it (sorted by name)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(file.relative_to(path).as_posix().encode() if path.is_dir() else file.name.encode())
+        with open(file, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_recording(path: Path | str, *, expected_split: str | None = None, min_duration_s: float = 5.0,
+                   purposes: tuple[str, ...] = ("identification", "trial", "demonstration")) -> Recording:
+    """Read a bag recorded with the 'identification' (or 'trial') profile.
+
+    Raises RecordingError subclasses: MissingTopic, WrongJointNames, WrongSplit, TooShort.
+    """
+    from twinloop_logging.bag_reader import BagError, open_bag  # rosbags import is slow; only here
+    from twinloop_sim.contract import CommandRejected, parse_joint_command
+
+    path = Path(path)
+    try:
+        with open_bag(path) as bag:
+            session = bag.session
+            split = session.split if session else ""
+            purpose = session.purpose if session else ""
+            if expected_split is not None:
+                if not session:
+                    raise WrongSplit(f"bag {path} carries no session metadata, so its split is unknown; record it "
+                                     f"with the twinloop recorder (split '{expected_split}')")
+                if split != expected_split:
+                    raise WrongSplit(
+                        f"bag {path} was recorded as split '{split}' but was given as '{expected_split}' data: "
+                        f"{'held-out recordings validate the twin and never fit it' if split == 'held_out' else 'fit recordings cannot validate the twin'}; "
+                        f"pass it in the right list")
+            if session and purpose not in purposes:
+                raise RecordingError(f"bag {path} has purpose '{purpose}', not one of {list(purposes)}: "
+                                     "record an identification session (twinloop-build excite)")
+            for topic in (STATE_TOPIC, COMMAND_TOPIC):
+                if topic not in bag.topics or bag.topics[topic].count == 0:
+                    raise MissingTopic(f"bag {path} has no {topic} messages (topics: {sorted(bag.topics)}); "
+                                       "record with the 'identification' profile while commands are sent")
+            states = bag.joint_states(STATE_TOPIC)
+            missing = [j for j in ALL_JOINTS if j not in states.names]
+            if missing:
+                raise WrongJointNames(f"bag {path}: {STATE_TOPIC} names {states.names}, lacking {missing} of this "
+                                      "workcell; was it recorded on another robot?")
+            columns = [states.names.index(j) for j in ALL_JOINTS]
+            t0 = int(states.stamps_ns[0])
+            state_t = (states.stamps_ns - t0) * 1e-9
+            position = states.position[:, columns]
+            if not np.all(np.isfinite(position)):
+                raise RecordingError(f"bag {path}: some {STATE_TOPIC} messages lack positions of the arm joints")
+            velocity = np.nan_to_num(states.velocity[:, columns])
+            effort = states.effort[:, columns]
+            targets = dict(zip(COMMANDED_JOINTS, position[0, [ALL_JOINTS.index(j) for j in COMMANDED_JOINTS]]))
+            command_t, command = [], []
+            for message in bag.messages([COMMAND_TOPIC]):
+                try:
+                    targets.update(parse_joint_command(message.msg.name, message.msg.position, COMMANDED_JOINTS))
+                except CommandRejected as error:
+                    raise WrongJointNames(f"bag {path}: a recorded command does not fit this workcell: {error}") from error
+                command_t.append((message.log_time_ns - t0) * 1e-9)
+                command.append([targets[j] for j in COMMANDED_JOINTS])
+            box_topic = next((t for t in sorted(bag.topics) if t.startswith("/twinloop/") and t.endswith(BOX_TOPIC_SUFFIX)), None)
+            box_t, box_pose = np.zeros(0), np.zeros((0, 7))
+            if box_topic:
+                poses = [m.msg for m in bag.messages([box_topic])]
+                box_t = np.array([(int(p.header.stamp.sec) * 1_000_000_000 + int(p.header.stamp.nanosec) - t0) * 1e-9
+                                  for p in poses])
+                box_pose = np.array([[p.pose.position.x, p.pose.position.y, p.pose.position.z, p.pose.orientation.w,
+                                      p.pose.orientation.x, p.pose.orientation.y, p.pose.orientation.z] for p in poses])
+    except BagError as error:
+        raise RecordingError(str(error)) from error
+    order = np.argsort(command_t, kind="stable")
+    recording = Recording(path.name, state_t, position, velocity, effort, np.asarray(command_t)[order],
+                          np.asarray(command, dtype=float).reshape(-1, len(COMMANDED_JOINTS))[order],
+                          box_t, box_pose, split or "fit", purpose or "identification", str(path), bag_sha256(path))
+    check_recording(recording, min_duration_s=min_duration_s)
+    return recording
+
+
+def check_recording(recording: Recording, *, min_duration_s: float) -> None:
+    if recording.duration_s < min_duration_s:
+        raise TooShort(f"recording {recording.name} lasts {recording.duration_s:.1f} s, shorter than the "
+                       f"{min_duration_s:.1f} s identification needs: record a longer excitation "
+                       "(twinloop-build excite --duration ...)")
+    if len(recording.command_t) == 0:
+        raise MissingTopic(f"recording {recording.name} holds no command: nothing excited the robot")
+    if not np.all(np.isfinite(recording.effort[:, [ALL_JOINTS.index(j) for j in COMMANDED_JOINTS]])):
+        raise MissingTopic(f"recording {recording.name}: {STATE_TOPIC} carries no effort for every commanded "
+                           "joint; gains and the command delay are identified from it")
