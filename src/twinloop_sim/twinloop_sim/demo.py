@@ -2,10 +2,14 @@
 
 1. writes (or verifies) the nominal twin v0 of the emulated workcell,
 2. brings up the emulated workcell (MuJoCo with hidden true physics, a stand-in for
-   hardware behind the hardware contract) on a private localhost-only ROS domain,
-3. drives the arm through a short scripted motion over /joint_command,
-4. prints what it observed: contract rates, timer jitter, tracking error and latency.
-Later stages (recording, calibration, identification, policy, validation) extend it.
+   hardware behind the hardware contract), the envelope monitor and the recorder on a
+   private localhost-only ROS domain,
+3. records a session while driving the arm through a short scripted motion, commanded
+   like a policy through the envelope monitor (the only writer of /joint_command),
+4. prints what it observed: contract rates, delivery latency, tracking error, what the
+   monitor forwarded, what the recorder kept,
+5. replays the recorded run in the nominal twin and prints how far its prediction is off.
+Later stages (calibration, identification, policy training, validation) extend it.
 """
 from __future__ import annotations
 
@@ -15,15 +19,22 @@ import time
 from pathlib import Path
 
 import numpy as np
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
+from twinloop_interfaces.msg import EnvelopeStatus, SessionId
+from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
 
 from twinloop_sim.motion import demo_motion, period_jitter_ms, rate_hz, tracking_report
+from twinloop_sim.replay import format_report, replay_bag
 from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.nominal import ensure_nominal_twin
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
 
-COMMAND_RATE_HZ = 100.0
+COMMAND_RATE_HZ = 250.0  # the envelope monitor's nominal command period (config/envelope.yaml)
+
+
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 
 
 def say(text: str) -> None:
@@ -35,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--truth-file", default=str(default_config_dir() / "emulated_truth.yaml"),
                         help="hidden physics of the emulated workcell")
     parser.add_argument("--twins", default="twins", help="root folder of twin versions")
+    parser.add_argument("--bags", default="bags", help="where the recorded run goes")
     parser.add_argument("--log-dir", default="log/demo", help="where node logs go")
     parser.add_argument("--segment-s", type=float, default=2.0, help="duration of each motion segment")
     args = parser.parse_args(argv)
@@ -46,58 +58,107 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     domain = fresh_domain_id()
-    say(f"starting the emulated workcell (truth: {args.truth_file}, ROS domain {domain}, localhost only)")
-    process = NodeProcess("twinloop_sim.emulated_workcell_node", domain, {"truth_file": args.truth_file},
-                          log_path=log_dir / "emulated_workcell.log")
+    say(f"starting the emulated workcell (truth: {args.truth_file}), the envelope monitor and the recorder "
+        f"on ROS domain {domain}, localhost only")
+    config = default_config_dir()
+    processes = [
+        NodeProcess("twinloop_sim.emulated_workcell_node", domain, {"truth_file": args.truth_file},
+                    log_path=log_dir / "emulated_workcell.log"),
+        NodeProcess("twinloop_safety.envelope_monitor_node", domain, log_path=log_dir / "envelope_monitor.log",
+                    extra_args=["--params-file", str(config / "envelope.yaml")]),
+        NodeProcess("twinloop_logging.recorder_node", domain, {"output_dir": str(Path(args.bags).resolve())},
+                    log_path=log_dir / "recorder.log", extra_args=["--params-file", str(config / "recorder.yaml")]),
+    ]
     probe = RosProbe(domain, "demo")
     try:
-        return _run(args, workcell, process, probe)
+        bag = _run(args, workcell, twin, processes, probe)
     finally:
         probe.close()
-        code = process.stop()
-        say(f"emulated workcell stopped (exit {code}); its log: {process.log_path}")
+        codes = [p.stop() for p in processes]
+        say(f"nodes stopped (exit codes {codes}); logs in {log_dir}")
+    if bag is None:
+        return 1
+    _replay_in_twin(bag, twin)
+    return 0
 
 
-def _run(args, workcell, process: NodeProcess, probe: RosProbe) -> int:
-    states = probe.collect(JointState, "/joint_states", transform=_joint_sample)
+def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosProbe) -> Path | None:
+    states = probe.collect(JointState, "/joint_states", qos=1000, transform=_joint_sample)
     images = {camera: probe.collect(Image, f"/{camera}/color/image_raw", transform=lambda m: _stamp(m.header.stamp))
               for camera in workcell.cameras}
-    command_pub = probe.node.create_publisher(JointState, "/joint_command", 10)
+    envelope = probe.collect(EnvelopeStatus, "/twinloop/envelope/status", LATCHED)
+    # Principle 5: the demo commands like a policy; only the envelope monitor writes /joint_command.
+    command_pub = probe.node.create_publisher(JointState, "/twinloop/policy/command", 100)
     started = time.monotonic()
     try:
-        probe.wait_for(lambda: len(states) > 100 and all(images.values())
-                       and command_pub.get_subscription_count() > 0, 60.0, "joint states, images, command link")
-    except TimeoutError:
-        say(f"ERROR: the workcell did not come up; its log says:\n{process.log()}")
-        return 1
-    say(f"workcell up after {time.monotonic() - started:.1f} s")
+        probe.wait_for(lambda: len(states) > 100 and all(images.values()) and envelope
+                       and command_pub.get_subscription_count() > 0, 60.0, "joint states, images, envelope monitor")
+        armed = probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=True))
+        recording = probe.call(StartRecording, "/recorder/start", StartRecording.Request(
+            profile="identification", session=SessionId(purpose=SessionId.PURPOSE_DEMONSTRATION,
+                                                        split=SessionId.SPLIT_HELD_OUT),
+            operator_note="make demo: scripted tour through the envelope monitor",
+            twin_version=f"{twin.workcell}/v{twin.version}"))
+    except TimeoutError as error:
+        say(f"ERROR: the workcell stack did not come up ({error}); logs: "
+            f"{', '.join(str(p.log_path) for p in processes)}")
+        return None
+    if armed.error.code or recording.error.code:
+        say(f"ERROR: {armed.error.message or recording.error.message}")
+        return None
+    say(f"stack up after {time.monotonic() - started:.1f} s; envelope armed; recording {recording.bag_path}")
+    time.sleep(0.5)  # the recorder subscribes as it discovers the topics
 
     motion = demo_motion(workcell.home_joint_positions, ARM_JOINTS, args.segment_s)
     say(f"driving the arm: {len(motion.waypoints) - 1} minimum-jerk segments, {motion.duration_s:.0f} s, "
-        f"commands at {COMMAND_RATE_HZ:.0f} Hz")
+        f"commands at {COMMAND_RATE_HZ:.0f} Hz through the envelope monitor")
     window_start = len(states)
     image_start = {camera: len(stamps) for camera, stamps in images.items()}
+    commands = _stream(motion, command_pub, probe, args.segment_s)
+    time.sleep(1.0)
+    stopped = probe.call(StopRecording, "/recorder/stop", StopRecording.Request())
+    probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=False))
+    _report(states[window_start:], {c: s[image_start[c]:] for c, s in images.items()}, commands, workcell)
+    status = envelope[-1][1]
+    print(f"  envelope monitor: {status.commands_forwarded} commands forwarded, {status.commands_rejected} rejected, "
+          f"fault {status.fault} {status.reason}")
+    drops = sum(t.dropped_estimate for t in stopped.status.topics)
+    print(f"  recorded: {stopped.bag_path} ({len(stopped.status.topics)} topics, {drops} messages dropped)")
+    return Path(stopped.bag_path)
+
+
+def _stream(motion, publisher, probe: RosProbe, segment_s: float) -> list:
+    # Targets on the ideal command grid (as a policy's own tick counter would), not on the
+    # wall time a late tick wakes at: the envelope monitor reads each message as one
+    # nominal period, so a jittered grid would look like velocity and acceleration spikes.
     commands = []
     t0 = time.monotonic()
     next_tick = t0
     last_segment = -1
-    while (elapsed := time.monotonic() - t0) <= motion.duration_s:
+    for k in range(int(motion.duration_s * COMMAND_RATE_HZ) + 1):
+        elapsed = k / COMMAND_RATE_HZ
         q = motion.at(elapsed)
         msg = JointState(name=list(ARM_JOINTS), position=q.tolist())
         now = probe.node.get_clock().now()
         msg.header.stamp = now.to_msg()
-        command_pub.publish(msg)
+        publisher.publish(msg)
         commands.append((now.nanoseconds * 1e-9, q))
-        segment = int(elapsed // args.segment_s)
+        segment = int(elapsed // segment_s)
         if segment != last_segment and segment < len(motion.waypoints) - 1:
             say(f"  segment {segment + 1}/{len(motion.waypoints) - 1}")
             last_segment = segment
         next_tick += 1.0 / COMMAND_RATE_HZ
         time.sleep(max(0.0, next_tick - time.monotonic()))
-    time.sleep(1.0)
+    return commands
 
-    _report(states[window_start:], {c: s[image_start[c]:] for c, s in images.items()}, commands, workcell)
-    return 0
+
+def _replay_in_twin(bag: Path, twin) -> None:
+    say(f"replaying the recorded run in twin {twin.workcell} v{twin.version} (nominal physics)")
+    result, _ = replay_bag(bag, twin.path)
+    print()
+    print("  " + format_report(result).replace("\n", "\n  "))
+    print("  (the twin is nominal: the gap is what identification from recordings has to close)")
+    print()
 
 
 def _report(states, images, commands, workcell) -> None:

@@ -119,6 +119,15 @@ class RosProbe:
             time.sleep(0.02)
         raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
 
+    def call(self, srv_type, name: str, request, timeout_s: float = 30.0):
+        """Call a service and wait for its response (the spinning thread delivers it)."""
+        client = self.node.create_client(srv_type, name)
+        if not client.wait_for_service(timeout_sec=timeout_s):
+            raise TimeoutError(f"service {name} is not available after {timeout_s} s")
+        future = client.call_async(request)
+        self.wait_for(future.done, timeout_s, f"{name} response")
+        return future.result()
+
     def close(self) -> None:
         # Join the spinning thread before shutdown, or the process aborts.
         self._stop.set()
