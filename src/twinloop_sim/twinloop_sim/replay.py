@@ -1,9 +1,11 @@
 """Replay a recorded run in a twin: same initial state, same command stream at the recorded
 times; compare the twin's response with what the robot did. Pure Python (no rclpy).
 
-The recorded commands are applied at the time the recorder received them (its log time:
-on the workcell host that is when the driver received them too), the twin is stepped as
-fast as it computes, and its response is sampled at the physics rate.
+The recorded commands are applied when they took effect on the recorded workcell: a
+simulated one records that (`/twinloop/<node>/applied_command`, physics clock); for a real
+one the recorder's receive time stands in (on the workcell host, when the driver received
+them too). The twin is stepped as fast as it computes; its response is sampled at the
+physics rate.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from twinloop_twin.kinematics import UrdfTransforms
 COMMAND_TOPIC = "/joint_command"
 STATE_TOPIC = "/joint_states"
 BOX_TOPIC_SUFFIX = "/box_pose"
+APPLIED_SUFFIX = "/applied_command"
 END_EFFECTOR = "panda_hand_tcp"
 MAX_ALIGNMENT_S = 0.05
 
@@ -60,13 +63,18 @@ def load_recorded_run(bag_path: Path | str, commandable: list[str]) -> RecordedR
                                   "replay: record runs with the 'trial' or 'identification' profile")
             states = bag.joint_states(STATE_TOPIC)
             start_ns = int(states.stamps_ns[0])
+            # A simulated workcell records when each command took effect (physics clock);
+            # otherwise the recorder's receive time stands in for the driver's.
+            applied = next((t for t in bag.topics if t.startswith("/twinloop/") and t.endswith(APPLIED_SUFFIX)
+                            and bag.topics[t].count > 0), None)
             commands = []
-            for message in bag.messages([COMMAND_TOPIC]):
+            for message in bag.messages([applied or COMMAND_TOPIC]):
                 try:
                     targets = parse_joint_command(message.msg.name, message.msg.position, commandable)
                 except CommandRejected as error:
                     raise ReplayError(f"bag {bag_path}: a recorded command does not fit this twin: {error}") from error
-                commands.append(((message.log_time_ns - start_ns) * 1e-9, targets))
+                when_ns = _stamp_ns(message.msg) if applied else message.log_time_ns
+                commands.append(((when_ns - start_ns) * 1e-9, targets))
             box_topic = next((t for t in bag.topics if t.startswith("/twinloop/") and t.endswith(BOX_TOPIC_SUFFIX)), None)
             box_t, box_xyz = np.zeros(0), np.zeros((0, 3))
             if box_topic:

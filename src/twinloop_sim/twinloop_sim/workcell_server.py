@@ -74,6 +74,10 @@ class WorkcellServer(Node):
         self.clock_pub = self.create_publisher(Clock, topics.clock, STREAM) if simulated_clock else None
         # under /twinloop/ so that the recording profiles (identification, trial) keep it
         self.box_pose_pub = self.create_publisher(PoseStamped, f"/twinloop/{node_name}/box_pose", STREAM)
+        # Each accepted command, stamped with the physics time it takes effect at: on a
+        # loaded host the recorder's receive time can be ms off; replay and identification
+        # use this when a recording has it (a real driver has no such topic).
+        self.applied_pub = self.create_publisher(JointState, f"/twinloop/{node_name}/applied_command", STREAM)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", STREAM)
         self.status_pub = self.create_publisher(SystemStatus, "~/status", LATCHED)
         self.create_publisher(String, topics.robot_description, LATCHED).publish(String(data=self.served.urdf_xml))
@@ -166,8 +170,11 @@ class WorkcellServer(Node):
     # ---------------------------------------------------------------- commands
     def on_command(self, msg: JointState) -> None:
         try:
-            self.sim.command(msg.name, msg.position)
+            targets = self.sim.command(msg.name, msg.position)
             self.commands_applied += 1
+            applied = JointState(name=list(targets), position=list(targets.values()))
+            applied.header.stamp = self._stamp()
+            self.applied_pub.publish(applied)
         except CommandRejected as error:
             self.commands_rejected += 1
             self.get_logger().error(f"rejected /joint_command: {error}", throttle_duration_sec=1.0)
