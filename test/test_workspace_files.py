@@ -37,6 +37,7 @@ LOADERS: list[tuple[str, str]] = [
     ("config/fastdds_*.xml", "fastdds"),
     ("config/*.rviz", "rviz"),
     ("config/recording.yaml", "recording_profiles"),
+    ("config/excitation.yaml", "excitation"),
     ("config/calibration_targets.yaml", "calibration_targets"),
     ("config/*.yaml", "parameters"),  # any other YAML in config/ is a ROS 2 parameter file
     ("urdf/*.urdf", "urdf"),
@@ -387,6 +388,13 @@ def test_calibration_targets_load(relative):
     from twinloop_calibration.targets import load_targets
     targets, default = load_targets(ROOT / relative)
     assert default in targets and all(t.point_count > 0 for t in targets.values())
+
+
+@pytest.mark.parametrize("relative", _files_of("excitation"))
+def test_excitation_file_loads(relative):
+    from twinloop_builder.excitation import load_excitation_config
+    config = load_excitation_config(ROOT / relative)
+    assert config.joints.duration_s > 0 and config.pushes, relative
 
 
 FASTDDS = "{http://www.eprosima.com}"

@@ -25,7 +25,9 @@ Where we extend or wrap mujoco.sysid, and why:
   a finite-difference Jacobian cannot follow. The identification model reads the delayed
   command with linear interpolation (identical at whole steps, continuous between), the
   delay is bounded below by one step (any delay in (0, dt] acts as dt) and the fit starts
-  from the best point of a coarse delay grid, so it cannot slide into delay -> 0.
+  from a servo-law estimate (linear least squares of the efforts per candidate delay), so it
+  cannot slide into delay -> 0 nor absorb a gain error. The final fit holds the delay at the
+  whole step that fits best under zero-order hold, as the workcell and the twin's scene act.
 - confidence intervals: calculate_intervals assumes white residuals; recorded residuals are
   correlated in time (command timing quantization), so the covariance is inflated by the
   residuals' integrated autocorrelation time (a Newey-West style correction).
@@ -36,6 +38,7 @@ Where we extend or wrap mujoco.sysid, and why:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import math
 import os
@@ -79,20 +82,25 @@ class IdentificationSettings:
     position_std_rad: float = 1e-4  # weight of joint position residuals (≈ encoder noise)
     effort_std_nm: float = 0.1  # weight of joint effort residuals (≈ torque sensor noise)
     box_position_std_m: float = 1e-3  # weight of box position residuals (≈ perception noise)
+    push_effort_std_nm: float = 1.0  # weight of efforts while pushing (contact makes them spiky)
+    push_fd_step: float = 1e-5  # finite-difference step of the push stage
     max_iterations: int = 12
     confidence: float = 0.95  # level of the reported confidence intervals
     min_motion_rad: float = 0.05  # a joint whose travel is below this is "never moved"
     min_finger_motion_m: float = 0.004
     max_relative_std: float = 0.1  # identifiable when std <= this fraction of the value
+    max_residual_rms: float = 8.0  # residual rms (noise units) above which a stage's fit is not trusted
     multiplier_bounds: tuple[float, float] = (0.2, 5.0)  # search range, x the prior value
     delay_bounds_s: tuple[float, float] = (0.001, 0.09)
-    delay_grid_s: tuple[float, ...] = (0.002, 0.006, 0.01, 0.016, 0.024, 0.032, 0.042, 0.055, 0.07)
     fd_step: float = 1e-5  # finite-difference step (relative in the log-parametrization)
+    xtol: float = 1e-6  # stop when the step is below this, relative to |x| (log-multipliers)
+    fresh_jacobian: bool = False  # recompute the Jacobian at the optimum (else: the last iteration's)
     block_steps: int = 100  # rollout block length (memory bound)
     min_duration_s: float = 5.0
     push_margin_s: tuple[float, float] = (0.4, 0.8)  # s before / after the box moves
     box_speed_threshold_m_s: float = 0.01
     threads: int = 0  # 0: os.cpu_count()
+    delay_stage_iterations: int = 8  # iterations of the continuous-delay stage (the final stage refines)
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,7 @@ class StageReport:
     cost_after: float
     autocorrelation_inflation: float
     wall_s: float
+    residual_rms: float = float("nan")  # in units of the assumed sensor noise (≈ 1 when the model explains the data)
 
 
 @dataclass
@@ -218,10 +227,13 @@ class ModelFactory:
         return model
 
 
-def base_model(spec: mujoco.MjSpec, *, contacts: bool) -> mujoco.MjModel:
+def base_model(spec: mujoco.MjSpec, *, contacts: bool, interpolate_delay: bool = False) -> mujoco.MjModel:
+    """The identification model. With `interpolate_delay` the delayed command is read with
+    linear interpolation, continuous in the delay (only while the delay is fitted; else
+    zero-order hold, exactly as the twin's scene and the workcell act)."""
     model = identification_spec(spec).compile()
-    # linear interpolation of the delayed command: continuous in the delay (see module doc)
-    model.actuator_history[:, 1] = 1
+    if interpolate_delay:
+        model.actuator_history[:, 1] = 1
     if not contacts:
         model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
     return model
@@ -411,7 +423,9 @@ class Stage:
         residuals, _, _ = self.residual_fn(np.asarray(x, dtype=float), params)
         return residuals
 
-    def fit(self, x0: np.ndarray, progress: ProgressFn, cancelled: Callable[[], bool]) -> tuple[np.ndarray, int]:
+    def fit(self, x0: np.ndarray, progress: ProgressFn,
+            cancelled: Callable[[], bool]) -> tuple[np.ndarray, int, np.ndarray | None]:
+        """sysid.optimize from x0: (optimum, iterations, Jacobian of the last iteration)."""
         params = self.parameter_dict(x0)
         iterations = [0]
 
@@ -428,10 +442,11 @@ class Stage:
                 raise IdentificationCancelled(f"cancelled during {self.name}")
             return self.residual_fn(x, p, **kwargs)
 
-        optimized, _ = sysid.optimize(initial_params=params, residual_fn=counted, optimizer="mujoco", verbose=False,
-                                      max_iters=self.settings.max_iterations, eps=self.settings.fd_step,
-                                      iter_callback=on_iteration, output=io.StringIO())
-        return optimized.as_vector(), iterations[0]
+        optimized, result = sysid.optimize(initial_params=params, residual_fn=counted, optimizer="mujoco",
+                                           verbose=False, max_iters=self.settings.max_iterations,
+                                           eps=self.settings.fd_step, xtol=self.settings.xtol,
+                                           iter_callback=on_iteration, output=io.StringIO())
+        return optimized.as_vector(), iterations[0], result.jac
 
     def jacobian(self, x: np.ndarray, r: np.ndarray) -> np.ndarray:
         params = self.parameter_dict(x)
@@ -589,27 +604,64 @@ def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[Reco
     if variables:
         spec_fixed = {n: v for n, v in values.items() if not any(n in var.targets for var in variables)}
         contact = any(_touches(spec, r) for r in arm_recordings[:1])
-        base = base_model(spec, contacts=contact)
         weights = column_weights(settings, box=False)
+        has_delay = any(v.is_delay for v in variables)
+        x_start = np.array([v.x0() for v in variables])
+        if has_delay:
+            # 1) everything, the delayed command read by linear interpolation (continuous in the
+            #    delay), started from the servo-law estimate of the delay and the gains
+            smooth = base_model(spec, contacts=contact, interpolate_delay=True)
+            segments = [make_segment(smooth, r, r.state_t[0], r.state_t[-1], weights) for r in arm_recordings]
+            delay_stage = Stage("arm_delay", spec, smooth, variables, spec_fixed, segments,
+                                dataclasses.replace(settings, max_iterations=settings.delay_stage_iterations))
+            x_first = _equation_error_start(smooth, arm_recordings, variables, x_start, settings, progress)
+            first_result = _run_stage(delay_stage, x_first, settings, progress, cancelled)
+            stages.append(first_result["report"])
+            x_start = first_result["x"].copy()
+            delay_index = next(i for i, v in enumerate(variables) if v.is_delay)
+            _collect(delay_stage, first_result, prior, settings, estimates, correlations, guidance, travel,
+                     only=(DELAY,))
+            # 2) the delay acts in whole physics steps (zero-order hold, as on the workcell and
+            #    in the twin's scene): the best whole step near the estimate, then held
+            held = _whole_step_delay(spec, contact, segments, weights, variables, x_start, spec_fixed,
+                                     float(first_result["x"][delay_index]) * DELAY_UNIT_S, settings)
+            # the delay is reported as the whole step that acts like the workcell; its std adds the
+            # step's quantization (uniform over one step: dt / sqrt(12)) to the fitted std
+            continuous = estimates[DELAY]
+            std = math.hypot(continuous.std, smooth.opt.timestep / math.sqrt(12))
+            z = continuous.ci_high - continuous.mean
+            z = (z / continuous.std) if continuous.std > 0 else 1.96
+            estimates[DELAY] = dataclasses.replace(
+                continuous, mean=held, std=std, ci_low=held - z * std, ci_high=held + z * std,
+                note=f"whole physics steps (zero-order hold); continuous estimate {continuous.mean * 1e3:.3f} ms")
+            keep = [i for i, v in enumerate(variables) if not v.is_delay]
+            spec_fixed = dict(spec_fixed, **{DELAY: held})
+            variables, x_start = [variables[i] for i in keep], x_start[keep]
+    if variables:
+        # 3) everything else (and the gains again) with zero-order hold, exactly as the twin acts
+        base = base_model(spec, contacts=contact)
         segments = [make_segment(base, r, r.state_t[0], r.state_t[-1], weights) for r in arm_recordings]
         stage = Stage("arm", spec, base, variables, spec_fixed, segments, settings)
-        x_start = np.array([v.x0() for v in variables])
-        if any(v.is_delay for v in variables):
-            x_start = _delay_grid_start(stage, x_start, settings, progress)
         result = _run_stage(stage, x_start, settings, progress, cancelled)
         _collect(stage, result, prior, settings, estimates, correlations, guidance, travel)
         stages.append(result["report"])
         values.update({n: e.mean for n, e in estimates.items() if not math.isnan(e.std)})
+    if DELAY in estimates and not math.isnan(estimates[DELAY].std):
+        values[DELAY] = estimates[DELAY].mean
 
     # ---- push stage: box mass and friction, finger friction ------------------------------
     box_variables = [FitVariable(n, (n,), (prior[n],)) for n in BOX_PARAMETERS if chosen(n)]
     if push_recordings and box_variables:
         base = base_model(spec, contacts=True)
-        weights = column_weights(settings, box=True)
+        # contact forces make efforts spiky (a millisecond of contact timing is a large effort
+        # error); pushes are fitted on positions and the box pose, efforts weighted down
+        weights = column_weights(dataclasses.replace(settings, effort_std_nm=settings.push_effort_std_nm), box=True)
         segments = [make_segment(base, r, a, b, weights) for r in push_recordings for a, b in push_windows[r.name]]
         fixed = {n: v for n, v in values.items() if n not in BOX_PARAMETERS}
+        fixed[DELAY] = round(fixed[DELAY] / base.opt.timestep) * base.opt.timestep  # as the twin's scene will act
         fixed.update({n: prior[n] for n in BOX_PARAMETERS if not chosen(n)})
-        stage = Stage("box", spec, base, box_variables, fixed, segments, settings)
+        stage = Stage("box", spec, base, box_variables, fixed, segments,
+                      dataclasses.replace(settings, fd_step=settings.push_fd_step))
         result = _run_stage(stage, np.zeros(len(box_variables)), settings, progress, cancelled)
         _collect(stage, result, prior, settings, estimates, correlations, guidance, travel)
         stages.append(result["report"])
@@ -643,15 +695,84 @@ def _touches(spec: mujoco.MjSpec, recording: Recording) -> bool:
     return False
 
 
-def _delay_grid_start(stage: Stage, x: np.ndarray, settings: IdentificationSettings, progress: ProgressFn) -> np.ndarray:
-    index = next(i for i, v in enumerate(stage.variables) if v.is_delay)
-    candidates = np.repeat(x[:, None], len(settings.delay_grid_s), axis=1)
-    candidates[index] = np.array(settings.delay_grid_s) / DELAY_UNIT_S
-    progress(stage.name, 0.02, f"{stage.name}: coarse delay grid {[round(d * 1e3) for d in settings.delay_grid_s]} ms")
-    costs = np.sum(stage.residual(candidates) ** 2, axis=0)
-    best = x.copy()
-    best[index] = candidates[index, int(np.argmin(costs))]
-    return best
+def _equation_error_start(model: mujoco.MjModel, recordings: Sequence[Recording], variables: list[FitVariable],
+                          x: np.ndarray, settings: IdentificationSettings, progress: ProgressFn) -> np.ndarray:
+    """Start values of the delay and the arm gains from the servo law itself, no simulation.
+
+    The reported effort is kp (u(t - delay) - q) - kv qdot + g(q) (gravity compensation), linear
+    in kp and kv for a given delay: per candidate delay (whole steps up to the bound), a
+    linear least-squares fit per joint; the delay with the smallest residual wins. This is a
+    starting point only (the fit below refines everything); started from the nominal gains
+    instead, a coarse delay search absorbs a gain error into the delay (a soft servo lags
+    like a delayed one).
+    """
+    data = mujoco.MjData(model)
+    qpos = model.jnt_qposadr[[model.joint(j).id for j in ALL_JOINTS]]
+    dof = model.jnt_dofadr[[model.joint(j).id for j in ARM_JOINTS]]
+    arm = [ALL_JOINTS.index(j) for j in ARM_JOINTS]
+    commanded_arm = [COMMANDED_JOINTS.index(j) for j in ARM_JOINTS]
+    dt = model.opt.timestep
+    low, high = settings.delay_bounds_s
+    candidates = np.arange(max(low, dt), high + dt / 2, dt)
+    rows = []
+    for recording in recordings:
+        gravity = np.empty((len(recording.state_t), len(ARM_JOINTS)))
+        for i, q in enumerate(recording.position):
+            data.qpos[qpos] = q
+            mujoco.mj_forward(model, data)
+            gravity[i] = data.qfrc_gravcomp[dof]
+        # the effort reported at t was computed from the state one step earlier
+        rows.append((recording, gravity))
+    costs, gains = [], []
+    for delay in candidates:
+        cost, kpkv = 0.0, []
+        for c, a in zip(commanded_arm, arm):
+            xs, ys = [], []
+            for recording, gravity in rows:
+                t = recording.state_t[1:]
+                u = recording.commands_on_grid(t - dt - delay)[:, c]
+                xs.append(np.column_stack([u - recording.position[:-1, a], -recording.velocity[:-1, a]]))
+                ys.append(recording.effort[1:, a] - gravity[:-1, arm.index(a)])
+            X, y = np.vstack(xs), np.concatenate(ys)
+            solution, residual, *_ = np.linalg.lstsq(X, y, rcond=None)
+            cost += float(np.sum((X @ solution - y) ** 2))
+            kpkv.append(solution)
+        costs.append(cost)
+        gains.append(kpkv)
+    best = int(np.argmin(costs))
+    progress("arm_delay", 0.02, f"servo-law start: delay {candidates[best] * 1e3:.0f} ms")
+    start = x.copy()
+    low_m, high_m = settings.multiplier_bounds
+    for i, variable in enumerate(variables):
+        if variable.is_delay:
+            start[i] = candidates[best] / DELAY_UNIT_S
+        elif variable.name.startswith("actuator.") and variable.name.split(".")[1] in ARM_JOINTS:
+            joint = ARM_JOINTS.index(variable.name.split(".")[1])
+            value = gains[best][joint][0 if variable.name.endswith(".kp") else 1]
+            if value > 0:
+                start[i] = float(np.clip(math.log(value / variable.priors[0]), math.log(low_m) + 0.01,
+                                         math.log(high_m) - 0.01))
+    return start
+
+
+def _whole_step_delay(spec, contact, segments, weights, variables, x, fixed, delay_s: float,
+                      settings: IdentificationSettings) -> float:
+    """The whole-step delay (floor or ceil of the continuous estimate) that fits best under zero-order hold."""
+    base = base_model(spec, contacts=contact)
+    dt = base.opt.timestep
+    # whole steps around the continuous estimate (linear interpolation and the zero-order hold
+    # of the workcell can disagree by a step: the buffer is read before it is written)
+    center = round(delay_s / dt)
+    candidates = sorted({max(1, k) * dt for k in range(center - 2, center + 3)})
+    keep = [i for i, v in enumerate(variables) if not v.is_delay]
+    zoh = [make_segment(base, s.recording, s.start_s, s.end_s, weights) for s in segments]
+    costs = []
+    for candidate in candidates:
+        stage = Stage("arm_delay_step", spec, base, [variables[i] for i in keep], dict(fixed, **{DELAY: candidate}),
+                      zoh, settings)
+        r = stage.residual(x[keep])
+        costs.append(float(r @ r))
+    return candidates[int(np.argmin(costs))]
 
 
 def _run_stage(stage: Stage, x0: np.ndarray, settings: IdentificationSettings, progress: ProgressFn,
@@ -660,10 +781,11 @@ def _run_stage(stage: Stage, x0: np.ndarray, settings: IdentificationSettings, p
     r0 = stage.residual(x0)
     progress(stage.name, 0.05, f"{stage.name}: fitting {len(stage.variables)} parameters on "
                                f"{len(stage.segments)} segment(s), cost {float(r0 @ r0):.4g}")
-    x, iterations = stage.fit(x0, progress, cancelled)
+    x, iterations, jac = stage.fit(x0, progress, cancelled)
     progress(stage.name, 0.96, f"{stage.name}: covariance at the optimum")
     r = stage.residual(x)
-    jac = stage.jacobian(x, r)
+    if jac is None or jac.shape != (len(r), len(x)) or settings.fresh_jacobian:
+        jac = stage.jacobian(x, r)
     segment_residuals = stage.segment_residuals(x)
     columns = [int(np.count_nonzero(s.weights)) for s in stage.segments]
     tau = float(np.average([autocorrelation_time([res], c) for res, c in zip(segment_residuals, columns)],
@@ -672,13 +794,19 @@ def _run_stage(stage: Stage, x0: np.ndarray, settings: IdentificationSettings, p
     sigma = sigma * tau
     half_width = half_width * math.sqrt(tau)
     report = StageReport(stage.name, [v.name for v in stage.variables], sorted({s.recording.name for s in stage.segments}),
-                         iterations, stage.evaluations, float(r0 @ r0), float(r @ r), tau, time.monotonic() - started)
+                         iterations, stage.evaluations, float(r0 @ r0), float(r @ r), tau, time.monotonic() - started,
+                         float(np.sqrt(r @ r / max(len(r), 1))))
     return {"x": x, "sigma": sigma, "half_width": half_width, "report": report, "jac": jac}
 
 
 def _collect(stage: Stage, result: dict, prior: Mapping[str, float], settings: IdentificationSettings,
-             estimates: dict[str, Estimate], correlations: dict, guidance: list[str], travel: Mapping[str, float]) -> None:
+             estimates: dict[str, Estimate], correlations: dict, guidance: list[str], travel: Mapping[str, float],
+             only: Sequence[str] | None = None) -> None:
     x, sigma, half = result["x"], result["sigma"], result["half_width"]
+    rms = result["report"].residual_rms
+    # A model that leaves residuals far above the sensor noise does not explain the data
+    # (e.g. a workcell that lagged, commands that arrived late): no number from it is confident.
+    inadequate = rms > settings.max_residual_rms
     std_x = np.sqrt(np.clip(np.diag(sigma), 0, None))
     with np.errstate(divide="ignore", invalid="ignore"):
         corr = sigma / np.outer(std_x, std_x)
@@ -686,6 +814,8 @@ def _collect(stage: Stage, result: dict, prior: Mapping[str, float], settings: I
     params = stage.parameter_dict(x)
     low, high = params.get_bounds()
     for i, variable in enumerate(stage.variables):
+        if only is not None and variable.name not in only:
+            continue
         at_bound = min(x[i] - low[i], high[i] - x[i]) < 1e-3 * (high[i] - low[i])
         others = [(abs(corr[i, k]), names[k]) for k in range(len(names)) if k != i and np.isfinite(corr[i, k])]
         worst = max(others) if others else (0.0, "")
@@ -701,11 +831,16 @@ def _collect(stage: Stage, result: dict, prior: Mapping[str, float], settings: I
                 std = mean * std_x[i]
                 lo, hi = mean * math.exp(-half[i]), mean * math.exp(half[i])
             relative = std / abs(mean) if mean else float("inf")
-            identifiable = bool(np.isfinite(std) and relative <= settings.max_relative_std and not at_bound)
+            identifiable = bool(np.isfinite(std) and relative <= settings.max_relative_std and not at_bound
+                                and not inadequate)
             note = ""
             if target.startswith("joint.panda_finger_joint"):
                 identifiable = False
                 note = "finger 2 mimics finger 1: only the sum over both fingers is observable; both scaled together"
+            elif inadequate:
+                note = (f"not identifiable: the model leaves residuals {rms:.1f}x the sensor noise (> "
+                        f"{settings.max_residual_rms:g}x), so it does not explain this recording; record again "
+                        "with steady command timing (an unloaded workcell host)")
             elif not identifiable:
                 why = (f"at its search bound ({mean:.4g})" if at_bound else
                        f"relative std {relative:.0%} > {settings.max_relative_std:.0%}")
@@ -725,6 +860,8 @@ def predict_positions(spec: mujoco.MjSpec, values: Mapping[str, float], recordin
     """(times, joint positions (N, 9)) the model predicts for the recording, open loop from its first state."""
     base = base_model(spec, contacts=True)
     model = copy.copy(base)
+    values = dict(values)
+    values[DELAY] = max(base.opt.timestep, round(values[DELAY] / base.opt.timestep) * base.opt.timestep)
     apply_parameters(model, values)
     segment = make_segment(model, recording, recording.state_t[0], recording.state_t[-1],
                            column_weights(settings, box=False))

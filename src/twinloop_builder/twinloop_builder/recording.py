@@ -1,9 +1,9 @@
 """A recorded identification session as arrays, read from a bag. Pure Python (no rclpy).
 
-Times are seconds from the first joint state. Commands follow the replay convention of
-twinloop_sim.replay: a command is applied at its log time (when the recorder, on the
-workcell host, received it), so on the physics grid a command recorded in (t_{k-1}, t_k]
-is in force from t_k on.
+Times are seconds from the first joint state. A command's time is its log time (when the
+recorder, on the workcell host, received it) moved to the start of the control period it
+arrived in: the workcell applies a command from the start of the period in which it
+arrives, so one logged in (t_{k-1}, t_k] (joint-state stamps) is in force from t_{k-1}.
 """
 from __future__ import annotations
 
@@ -164,7 +164,12 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
     except BagError as error:
         raise RecordingError(str(error)) from error
     order = np.argsort(command_t, kind="stable")
-    recording = Recording(path.name, state_t, position, velocity, effort, np.asarray(command_t)[order],
+    command_t = np.asarray(command_t)[order]
+    # A workcell applies a command from the start of the control period in which it arrives
+    # (the joint-state stamps mark the periods): logged in (t_{k-1}, t_k], it rules from t_{k-1}.
+    period = np.searchsorted(state_t, command_t + 1e-7, side="right") - 1
+    command_t = np.where(period >= 0, state_t[np.clip(period, 0, None)], command_t)
+    recording = Recording(path.name, state_t, position, velocity, effort, command_t,
                           np.asarray(command, dtype=float).reshape(-1, len(COMMANDED_JOINTS))[order],
                           box_t, box_pose, split or "fit", purpose or "identification", str(path), bag_sha256(path))
     check_recording(recording, min_duration_s=min_duration_s)

@@ -78,3 +78,69 @@ def simulate_session(workcell: WorkcellDescription, physics: WorkcellPhysics, se
     return Recording(name, np.array(state_t), np.array(position), np.array(velocity), np.array(effort),
                      np.array(command_t), np.array(command), np.array(box_t), np.array(box_pose), split,
                      "identification", f"synthetic:{name}", "")
+
+
+def write_bag(recording: Recording, path, *, split: str | None = None, purpose: str = "identification",
+              joint_names: Sequence[str] | None = None, skip_topics: Sequence[str] = (),
+              box_topic: str = "/twinloop/emulated_workcell/box_pose", start_ns: int = 1_800_000_000_000_000_000):
+    """Write a recording as a rosbag2 MCAP bag with twinloop session metadata (as the recorder
+    would), e.g. to test the bag path of identification without DDS. `joint_names` renames
+    the joints (to test a bag of another robot); `skip_topics` leaves topics out."""
+    from pathlib import Path
+
+    from twinloop_logging.bag_writer import BagWriter
+    from twinloop_logging.session import SESSION_KEY, SessionInfo
+    from twinloop_logging.typedefs import TypeResolver
+    from twinloop_twin.physics import ALL_JOINTS
+
+    path = Path(path)
+    resolver = TypeResolver()
+    store = resolver.typestore
+    JointState, Header, Time = (store.types[t] for t in ("sensor_msgs/msg/JointState", "std_msgs/msg/Header",
+                                                         "builtin_interfaces/msg/Time"))
+    Pose, PoseStamped, Point, Quaternion = (store.types[t] for t in (
+        "geometry_msgs/msg/Pose", "geometry_msgs/msg/PoseStamped", "geometry_msgs/msg/Point",
+        "geometry_msgs/msg/Quaternion"))
+    names = list(joint_names or ALL_JOINTS)
+    commanded = [names[ALL_JOINTS.index(j)] for j in COMMANDED_JOINTS]
+
+    def header(t: float, frame: str = "") -> tuple:
+        ns = start_ns + int(round(t * 1e9))
+        return ns, Header(stamp=Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000), frame_id=frame)
+
+    writer = BagWriter(path)
+    session = SessionInfo(session_id=path.name, purpose=purpose, split=split or recording.split,
+                          profile="identification", robot="synthetic")
+    writer.custom_data[SESSION_KEY] = session.to_json()
+    topics = {"/joint_states": "sensor_msgs/msg/JointState", "/joint_command": "sensor_msgs/msg/JointState",
+              box_topic: "geometry_msgs/msg/PoseStamped"}
+    for topic, kind in topics.items():
+        if topic not in skip_topics:
+            writer.add_topic(topic, resolver.definition(kind))
+    events = []
+    if "/joint_states" not in skip_topics:
+        for i, t in enumerate(recording.state_t):
+            ns, h = header(t)
+            msg = JointState(header=h, name=names, position=recording.position[i].copy(),
+                             velocity=recording.velocity[i].copy(), effort=recording.effort[i].copy())
+            events.append((ns, "/joint_states", store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+    if "/joint_command" not in skip_topics:
+        for t, row in zip(recording.command_t, recording.command):
+            ns, h = header(t)
+            msg = JointState(header=h, name=commanded, position=np.asarray(row, dtype=float),
+                             velocity=np.zeros(0), effort=np.zeros(0))
+            events.append((ns, "/joint_command", store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+    if box_topic not in skip_topics:
+        for t, pose in zip(recording.box_t, recording.box_pose):
+            ns, h = header(t, "world")
+            x, y, z, qw, qx, qy, qz = (float(v) for v in pose)
+            msg = PoseStamped(header=h, pose=Pose(position=Point(x=x, y=y, z=z),
+                                                  orientation=Quaternion(x=qx, y=qy, z=qz, w=qw)))
+            events.append((ns, box_topic, store.serialize_cdr(msg, "geometry_msgs/msg/PoseStamped")))
+    events.sort(key=lambda e: e[0])
+    try:
+        for ns, topic, data in events:
+            writer.write(topic, data, ns)
+    finally:
+        writer.close()
+    return path

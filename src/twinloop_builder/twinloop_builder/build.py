@@ -1,0 +1,155 @@
+"""Build a new twin version from identification recordings. Pure Python (no rclpy).
+
+parent twin (scene, parameters) + fit bags -> identify -> new version with the identified
+scene, every parameter as mean ± std with its identifiable flag, an identification report,
+and provenance (which bags, which split, which parent). Held-out bags only score the result.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import mujoco
+import yaml
+
+from twinloop_twin.bundle import Provenance, SourceBag, TwinBundle, load_twin_version, write_twin_version
+from twinloop_twin.nominal import SCENE_FILE, load_twin_workcell, scene_files
+from twinloop_twin.parameters import Parameter, ParameterSet
+from twinloop_twin.physics import load_physics, physics_from_dict, physics_to_dict
+from twinloop_twin.scene import TIMESTEP_S
+
+from twinloop_builder.identification import (IdentificationCancelled, IdentificationError,
+                                             IdentificationResult, IdentificationSettings, identify)
+from twinloop_builder.recording import RecordingError, load_recording
+
+REPORT_FILE = "identification/report.yaml"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    twin: TwinBundle
+    result: IdentificationResult
+
+
+def physics_with(raw: dict, values: dict[str, float]) -> dict:
+    """The physics YAML layout (physics_to_dict) with named parameter values written in."""
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    raw["joints"] = {j: dict(p) for j, p in raw["joints"].items()}
+    for name, value in values.items():
+        parts = name.split(".")
+        if parts[0] == "joint":
+            raw["joints"][parts[1]][parts[2]] = value
+        elif parts[0] == "actuator":
+            raw["joints"][parts[1]][parts[2]] = value
+        elif name == "command.delay_s":
+            # the scene's delay acts in whole physics steps (zero-order hold): the nearest one
+            raw["command_delay_ms"] = round(value / TIMESTEP_S) * TIMESTEP_S * 1000.0
+        elif name == "box.mass_kg":
+            raw["box"]["mass_kg"] = value
+        elif name == "box.friction":
+            raw["box"]["friction"] = value
+        elif name == "finger.friction":
+            raw["finger_friction"] = value
+    return raw
+
+
+def identified_parameters(parent: ParameterSet, result: IdentificationResult) -> ParameterSet:
+    """Identified parameters as mean ± std; the rest keep the parent's value, flagged, with the reason."""
+    items = {}
+    for name, parameter in parent.items():
+        estimate = result.estimates.get(name)
+        if estimate is not None and estimate.identifiable:
+            items[name] = Parameter(mean=estimate.mean, std=estimate.std, identifiable=True, unit=parameter.unit,
+                                    source="identified",
+                                    note=f"{_confidence_note(estimate)}; prior {parameter.mean:.6g} ± {parameter.std:.3g}")
+        else:
+            note = estimate.note if estimate is not None and estimate.note else "not identified"
+            items[name] = Parameter(mean=parameter.mean, std=parameter.std, identifiable=False, unit=parameter.unit,
+                                    source=parameter.source, note=note)
+    return ParameterSet(items)
+
+
+def _confidence_note(estimate) -> str:
+    return f"95 % interval [{estimate.ci_low:.6g}, {estimate.ci_high:.6g}]"
+
+
+def report_dict(result: IdentificationResult, bags: list[SourceBag]) -> dict:
+    return {
+        "estimates": {n: {"mean": e.mean, "std": None if math.isnan(e.std) else e.std,
+                          "ci_low": None if math.isnan(e.ci_low) else e.ci_low,
+                          "ci_high": None if math.isnan(e.ci_high) else e.ci_high,
+                          "prior": e.prior, "identifiable": e.identifiable, "note": e.note}
+                      for n, e in result.estimates.items()},
+        "not_identifiable": result.not_identifiable,
+        "guidance": list(result.guidance),
+        "correlations_above_0_8": [{"a": a, "b": b, "correlation": c} for (a, b), c in result.correlations.items()],
+        "held_out": {"joint_rmse_before_rad": _finite(result.held_out_rmse_before_rad),
+                     "joint_rmse_after_rad": _finite(result.held_out_rmse_after_rad),
+                     "per_joint_rad": {j: {"before": b, "after": a} for j, (b, a) in result.held_out_per_joint.items()}},
+        "stages": [{"name": s.name, "parameters": s.parameters, "recordings": s.recordings, "iterations": s.iterations,
+                    "residual_evaluations": s.residual_evaluations, "cost_before": s.cost_before,
+                    "cost_after": s.cost_after, "autocorrelation_inflation": s.autocorrelation_inflation,
+                    "wall_s": s.wall_s} for s in result.stages],
+        "source_bags": [{"path": b.path, "sha256": b.sha256, "split": b.split, "purpose": b.purpose} for b in bags],
+    }
+
+
+def _finite(value: float):
+    return None if math.isnan(value) else value
+
+
+def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[str], held_out_bags: Sequence[str] = (),
+                          *, parent_version: int | None = None, select: Sequence[str] = (),
+                          settings: IdentificationSettings = IdentificationSettings(),
+                          progress: Callable[[str, float, str], None] = lambda *_: None,
+                          cancelled: Callable[[], bool] = lambda: False) -> BuildResult:
+    """Identify from the fit bags on top of `parent_version` (None: latest) and write the next version.
+
+    Raises RecordingError (bad bags), IdentificationError (data that cannot identify
+    anything), IdentificationCancelled, or twinloop_twin.bundle.TwinError; nothing is
+    written unless everything succeeded.
+    """
+    parent = load_twin_version(root, workcell, parent_version)
+    if not fit_bags:
+        raise RecordingError("no fit bag given: record an identification session with split 'fit' "
+                             "(twinloop-build excite --split fit) and pass it")
+    overlap = set(map(str, fit_bags)) & set(map(str, held_out_bags))
+    if overlap:
+        raise RecordingError(f"bags {sorted(overlap)} are given as both fit and held-out data; they never mix")
+    progress("reading", 0.0, f"reading {len(fit_bags)} fit and {len(held_out_bags)} held-out bag(s)")
+    fit = [load_recording(p, expected_split="fit", min_duration_s=settings.min_duration_s) for p in fit_bags]
+    held_out = [load_recording(p, expected_split="held_out", min_duration_s=1.0) for p in held_out_bags]
+    spec = mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE)))
+    prior = parent.parameters.means()
+    result = identify(spec, prior, fit, held_out=held_out, settings=settings, select=select,
+                      progress=progress, cancelled=cancelled)
+    progress("writing", 0.97, "writing the new twin version")
+    parameters = identified_parameters(parent.parameters, result)
+    parent_physics = load_physics(parent.file_path("inputs/physics.yaml"))
+    raw = physics_with(physics_to_dict(parent_physics), parameters.means())
+    physics = physics_from_dict(raw, source="identified")
+    twin_workcell = load_twin_workcell(parent)
+    files = scene_files(twin_workcell, physics)
+    files["inputs/physics.yaml"] = ("# Identified by twinloop_builder from the bags in twin.yaml provenance.\n"
+                                    + yaml.safe_dump(raw, sort_keys=False)).encode()
+    files["inputs/workcell.yaml"] = parent.file_path("inputs/workcell.yaml")
+    files["inputs/workcell_description.urdf"] = parent.file_path("inputs/workcell_description.urdf")
+    bags = [SourceBag(path=r.path, sha256=r.sha256, split=r.split, purpose=r.purpose) for r in fit + held_out]
+    files[REPORT_FILE] = yaml.safe_dump(report_dict(result, bags), sort_keys=False).encode()
+    provenance = Provenance(
+        created_by="identification", parent_version=parent.version, source_bags=bags,
+        calibration=parent.manifest.provenance.calibration,
+        note=(f"physics identified with mujoco.sysid from {len(fit)} fit bag(s); held-out joint RMSE "
+              f"{result.held_out_rmse_before_rad:.3g} -> {result.held_out_rmse_after_rad:.3g} rad; "
+              f"not identifiable: {len(result.not_identifiable)} parameter(s), see {REPORT_FILE}"))
+    # the calibration the parent carried still holds: identification does not touch it
+    twin = write_twin_version(root, workcell, parameters=parameters, provenance=provenance, files=files,
+                              calibration=dict(parent.manifest.calibration or {}) or None)
+    progress("done", 1.0, f"wrote {workcell} v{twin.version}")
+    return BuildResult(twin, result)
+
+
+__all__ = ["BuildResult", "IdentificationCancelled", "IdentificationError", "RecordingError", "REPORT_FILE",
+           "build_identified_twin", "identified_parameters", "physics_with"]

@@ -1,0 +1,154 @@
+"""twinloop-build: record identification sessions and build identified twin versions.
+
+    twinloop-build excite --kind joints --split fit [--duration 30]     # needs the workcell + recorder
+    twinloop-build excite --kind pushes --split fit
+    twinloop-build build --fit BAG [BAG...] --held-out BAG [...] [--workcell emulated] [--root twins]
+
+`build` runs here, in this process (no ROS needed), with progress on stderr; the same
+build is offered by the `twin_builder` node's ~/build action. Exit status: 0 done, 2 bad
+input (the message says what to do), 3 the workcell or recorder could not be reached.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from twinloop_twin.workcell import default_config_dir
+
+EXCITATION_FILE = "excitation.yaml"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="twinloop-build", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    excite = sub.add_parser("excite", help="play an excitation while the recorder records it")
+    excite.add_argument("--kind", choices=("joints", "pushes"), default="joints")
+    excite.add_argument("--split", choices=("fit", "held_out"), required=True)
+    excite.add_argument("--duration", type=float, default=None, help="s, joint excitation length (default: file)")
+    excite.add_argument("--seed", type=int, default=None, help="multi-sine seed (use another one for held-out)")
+    excite.add_argument("--config", default=str(default_config_dir() / EXCITATION_FILE))
+    excite.add_argument("--output-dir", default="", help="bag parent folder (default: the recorder's)")
+    excite.add_argument("--twin", default="", help="twin version in use, stored with the session")
+    build = sub.add_parser("build", help="identify the physics and write the next twin version")
+    build.add_argument("--fit", nargs="+", required=True, help="fit-split identification bags")
+    build.add_argument("--held-out", nargs="*", default=[], help="held-out bags (scored, never fitted)")
+    build.add_argument("--workcell", default="emulated")
+    build.add_argument("--root", default="twins", help="twins folder")
+    build.add_argument("--parent", type=int, default=None, help="parent version (default: the latest)")
+    build.add_argument("--select", nargs="*", default=[], help="parameter name prefixes to identify (default: all)")
+    build.add_argument("--max-iterations", type=int, default=12)
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        return _build(args)
+    return _excite(args)
+
+
+def _build(args) -> int:
+    from twinloop_builder.build import build_identified_twin
+    from twinloop_builder.identification import IdentificationError, IdentificationSettings
+    from twinloop_builder.recording import RecordingError
+    from twinloop_twin.bundle import TwinError
+
+    started = time.monotonic()
+
+    def progress(stage: str, fraction: float, message: str) -> None:
+        print(f"[{time.monotonic() - started:7.1f} s] {fraction * 100:5.1f} % {stage}: {message}", file=sys.stderr,
+              flush=True)
+
+    try:
+        built = build_identified_twin(args.root, args.workcell, args.fit, args.held_out, parent_version=args.parent,
+                                      select=args.select, progress=progress,
+                                      settings=IdentificationSettings(max_iterations=args.max_iterations))
+    except (RecordingError, IdentificationError, TwinError) as error:
+        print(f"twinloop-build: {error}", file=sys.stderr)
+        return 2
+    print(format_result(built.result))
+    print(f"wrote {built.twin.path}")
+    return 0
+
+
+def format_result(result) -> str:
+    lines = [f"{'parameter':42s} {'mean':>11s} {'std':>10s}  {'95% interval':>25s}  identifiable"]
+    for name, e in result.estimates.items():
+        interval = f"[{e.ci_low:.4g}, {e.ci_high:.4g}]" if e.ci_low == e.ci_low else "-"
+        lines.append(f"{name:42s} {e.mean:11.5g} {e.std:10.3g}  {interval:>25s}  {'yes' if e.identifiable else 'NO'}")
+    lines.append(f"held-out joint RMSE: nominal {result.held_out_rmse_before_rad * 1e3:.3f} mrad -> identified "
+                 f"{result.held_out_rmse_after_rad * 1e3:.3f} mrad")
+    lines += [f"guidance: {g}" for g in result.guidance]
+    return "\n".join(lines)
+
+
+def _excite(args) -> int:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    import threading
+
+    from twinloop_builder.excitation import (ExcitationError, WorkspaceChecker, joint_excitation,
+                                             load_excitation_config, push_trajectory)
+    from twinloop_builder.player import ExcitationPlayer, PlayerError, RecorderClient
+    from twinloop_twin.physics import load_physics
+    from twinloop_twin.scene import compile_workcell
+    from twinloop_twin.workcell import load_workcell
+
+    try:
+        config = load_excitation_config(args.config)
+    except ExcitationError as error:
+        print(f"twinloop-build: {error}", file=sys.stderr)
+        return 2
+    joints = config.joints
+    if args.duration is not None:
+        joints = dataclasses.replace(joints, duration_s=args.duration)
+    if args.seed is not None:
+        joints = dataclasses.replace(joints, seed=args.seed)
+    workcell = load_workcell()
+    model = compile_workcell(workcell, load_physics(default_config_dir() / "nominal_physics.yaml"))
+    try:
+        trajectory = (joint_excitation(joints, workcell.home_joint_positions, model, workcell.urdf_xml,
+                                       workcell.table_top_height_m) if args.kind == "joints" else None)
+    except ExcitationError as error:
+        print(f"twinloop-build: {error}", file=sys.stderr)
+        return 2
+    rclpy.init()
+    node = rclpy.create_node("twinloop_excitation")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    stop = threading.Event()
+    spinner = threading.Thread(target=lambda: [executor.spin_once(timeout_sec=0.05) for _ in iter(stop.is_set, True)],
+                               daemon=True)
+    spinner.start()
+    code = 0
+    try:
+        player, recorder = ExcitationPlayer(node), RecorderClient(node)
+        bag = recorder.start(split=args.split, output_dir=args.output_dir, twin_version=args.twin,
+                             note=f"twinloop-build excite --kind {args.kind}")
+        print(f"recording {bag}", file=sys.stderr)
+        try:
+            time.sleep(1.0)  # the recorder discovers the topics
+            if trajectory is not None:
+                player.play(trajectory)
+            else:
+                checker = WorkspaceChecker(model, workcell.table_top_height_m)
+                for push in config.pushes:
+                    player.play(push_trajectory(push, player.wait_for_box(), workcell.box.size_m[0] / 2,
+                                                workcell.home_joint_positions, checker,
+                                                command_rate_hz=joints.command_rate_hz))
+            time.sleep(0.5)
+        finally:
+            recorder.stop()
+        print(bag)
+    except (PlayerError, ExcitationError) as error:
+        print(f"twinloop-build: {error}", file=sys.stderr)
+        code = 3 if isinstance(error, PlayerError) else 2
+    finally:
+        stop.set()
+        spinner.join(timeout=2.0)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Twin builder node: the `~/build` action (twinloop_interfaces/action/BuildTwin).
+
+A goal names the workcell, the parent version, the fit bags and the held-out bags; the
+node identifies the physics (twinloop_builder.build, pure Python), writes the next twin
+version and answers with its number, the held-out RMSE before and after, and what could
+not be identified. Feedback carries the stage, a 0..1 progress and a message; a cancel
+request stops the optimizer at its next iteration and writes nothing.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from twinloop_interfaces.action import BuildTwin
+from twinloop_interfaces.msg import ErrorCode
+
+from twinloop_builder.build import build_identified_twin
+from twinloop_builder.identification import IdentificationCancelled, IdentificationError, IdentificationSettings
+from twinloop_builder.recording import RecordingError
+from twinloop_sim.node_support import StartupError, declare, run_node
+from twinloop_twin.bundle import TwinError, TwinIntegrityError, TwinVersionExists
+
+
+
+class TwinBuilder(Node):
+    def __init__(self) -> None:
+        super().__init__("twin_builder")
+        # a literal table: test/test_workspace_files.py reads it to check config/builder.yaml
+        self.p = declare(self, {
+            "twins_root": ("twins", "folder holding twins/<workcell>/v<N> (relative: to the working directory)"),
+            "default_workcell": ("emulated", "workcell of goals that name none"),
+            "max_iterations": (12, "Levenberg-Marquardt iterations per identification stage"),
+            "confidence": (0.95, "level of the reported confidence intervals (0..1)"),
+            "max_relative_std": (0.1, "a parameter is identifiable when its std is at most this fraction of its value"),
+            "min_duration_s": (5.0, "s, shortest fit recording accepted"),
+            "position_std_rad": (1.0e-4, "rad, joint position noise used to weight residuals"),
+            "effort_std_nm": (0.1, "N*m, joint effort noise used to weight residuals"),
+            "box_position_std_m": (0.001, "m, box position noise used to weight residuals"),
+        })
+        if not 0.0 < self.p["confidence"] < 1.0:
+            raise StartupError(f"confidence must be in (0, 1), got {self.p['confidence']}")
+        if self.p["max_iterations"] < 1 or self.p["min_duration_s"] <= 0:
+            raise StartupError("max_iterations must be >= 1 and min_duration_s > 0")
+        self.settings = IdentificationSettings(
+            max_iterations=self.p["max_iterations"], confidence=self.p["confidence"],
+            max_relative_std=self.p["max_relative_std"], min_duration_s=self.p["min_duration_s"],
+            position_std_rad=self.p["position_std_rad"], effort_std_nm=self.p["effort_std_nm"],
+            box_position_std_m=self.p["box_position_std_m"])
+        self._busy = threading.Lock()
+        # Reentrant group + MultiThreadedExecutor: a build runs for minutes in its execute
+        # callback while goal, cancel and feedback traffic must keep flowing.
+        self._server = ActionServer(self, BuildTwin, "~/build", execute_callback=self.execute,
+                                    goal_callback=self.on_goal, cancel_callback=lambda _: CancelResponse.ACCEPT,
+                                    callback_group=ReentrantCallbackGroup())
+        self.get_logger().info(f"twin builder up: twins in {Path(self.p['twins_root']).resolve()}")
+
+    def on_goal(self, goal: BuildTwin.Goal) -> GoalResponse:
+        if self._busy.locked():
+            self.get_logger().warning("a build is running; goal rejected (send it again when it is done)")
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def execute(self, goal_handle) -> BuildTwin.Result:
+        goal = goal_handle.request
+        result = BuildTwin.Result(version=-1)
+        workcell = goal.workcell or self.p["default_workcell"]
+
+        def progress(stage: str, fraction: float, message: str) -> None:
+            goal_handle.publish_feedback(BuildTwin.Feedback(stage=stage, progress=float(fraction), message=message))
+            self.get_logger().info(message)
+
+        with self._busy:
+            try:
+                built = build_identified_twin(
+                    self.p["twins_root"], workcell, list(goal.fit_bags), list(goal.held_out_bags),
+                    parent_version=None if goal.parent_version < 0 else goal.parent_version,
+                    select=list(goal.parameters), settings=self.settings, progress=progress,
+                    cancelled=lambda: goal_handle.is_cancel_requested)
+            except IdentificationCancelled as error:
+                goal_handle.canceled()
+                result.error = ErrorCode(code=ErrorCode.CANCELED, message=f"{error}; nothing was written")
+                return result
+            except (RecordingError, IdentificationError, TwinError) as error:
+                result.error = ErrorCode(code=_code(error), message=str(error))
+                self.get_logger().error(str(error))
+                goal_handle.abort()
+                return result
+        r = built.result
+        result.error = ErrorCode(code=ErrorCode.NONE, message="")
+        result.version = built.twin.version
+        result.twin_path = str(built.twin.path)
+        result.held_out_rmse_before = r.held_out_rmse_before_rad
+        result.held_out_rmse_after = r.held_out_rmse_after_rad
+        result.not_identifiable = r.not_identifiable
+        goal_handle.succeed()
+        return result
+
+
+def _code(error: Exception) -> int:
+    if isinstance(error, TwinVersionExists):
+        return ErrorCode.TWIN_VERSION_EXISTS
+    if isinstance(error, TwinIntegrityError):
+        return ErrorCode.TWIN_INTEGRITY
+    if isinstance(error, TwinError):
+        return ErrorCode.FILE_NOT_FOUND if "does not exist" in str(error) or "has no twin" in str(error) \
+            else ErrorCode.BAD_CONFIGURATION
+    name = getattr(error, "code", "INVALID_ARGUMENT")
+    if isinstance(error, RecordingError) and "no bag at" in str(error):
+        name = "FILE_NOT_FOUND"
+    return getattr(ErrorCode, name, ErrorCode.INVALID_ARGUMENT)
+
+
+def main(args=None) -> None:
+    run_node(TwinBuilder, args, executor=MultiThreadedExecutor)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""End to end over real DDS: excite the emulated workcell while the recorder records, then
+build a twin through the twin_builder node's ~/build action and check it against the
+emulated workcell's hidden truth (config/emulated_truth.yaml).
+
+Processes: emulated workcell (cameras off), recorder, twin builder, each a subprocess on
+one private localhost domain; the test plays the excitation from its own probe node.
+Recordings are short (8 s fit, 5 s held-out) to keep the suite fast; the accuracy goals of
+the issue are measured on in-process data in test_builder_identification.py, here the
+bounds are looser because commands reach the workcell through DDS (timing jitter).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from rclpy.action import ActionClient
+from twinloop_interfaces.action import BuildTwin
+from twinloop_interfaces.msg import ErrorCode
+from sensor_msgs.msg import JointState
+
+from twinloop_builder.excitation import JointExcitationConfig, joint_excitation
+from twinloop_builder.player import ExcitationPlayer, RecorderClient
+from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_twin.bundle import list_versions, load_twin_version
+from twinloop_twin.nominal import build_nominal_twin, physics_parameters
+from twinloop_twin.physics import ARM_JOINTS, load_physics
+from twinloop_twin.scene import compile_workcell
+from twinloop_twin.workcell import default_config_dir, load_workcell
+
+pytestmark = pytest.mark.ros
+AMPLITUDE = {**{j: 0.4 for j in ARM_JOINTS}, "panda_finger_joint1": 0.0}
+
+
+@pytest.fixture(scope="module")
+def cell(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("builder")
+    build_nominal_twin(tmp / "twins", "emulated")
+    domain = fresh_domain_id()
+    processes = [
+        NodeProcess("twinloop_sim.emulated_workcell_node", domain, {"cameras_enabled": False, "seed": 5},
+                    log_path=tmp / "workcell.log"),
+        NodeProcess("twinloop_logging.recorder_node", domain, {"output_dir": str(tmp / "bags")},
+                    log_path=tmp / "recorder.log"),
+        NodeProcess("twinloop_builder.twin_builder_node", domain, {"twins_root": str(tmp / "twins")},
+                    log_path=tmp / "builder.log"),
+    ]
+    probe = RosProbe(domain)
+    states = probe.collect(JointState, "/joint_states")
+    try:
+        probe.wait_for(lambda: len(states) > 50, 30.0, "joint states")
+    except TimeoutError:
+        probe.close()
+        for p in processes:
+            p.stop()
+        raise AssertionError("workcell did not start:\n" + processes[0].log())
+    workcell = load_workcell()
+    model = compile_workcell(workcell, load_physics(default_config_dir() / "nominal_physics.yaml"))
+    player, recorder = ExcitationPlayer(probe.node), RecorderClient(probe.node)
+    bags = {}
+    for split, duration, seed in (("fit", 8.0, 0), ("held_out", 5.0, 7)):
+        trajectory = joint_excitation(JointExcitationConfig(duration_s=duration, ramp_s=1.0, amplitude=AMPLITUDE,
+                                                            seed=seed),
+                                      workcell.home_joint_positions, model, workcell.urdf_xml,
+                                      workcell.table_top_height_m)
+        bags[split] = recorder.start(split=split, output_dir=str(tmp / "bags"))
+        time.sleep(1.0)  # discovery of the recorded topics
+        player.play(trajectory)
+        time.sleep(0.5)
+        recorder.stop()
+    client = ActionClient(probe.node, BuildTwin, "/twin_builder/build")
+    assert client.wait_for_server(timeout_sec=30.0), processes[2].log()
+    yield {"tmp": tmp, "probe": probe, "client": client, "bags": bags, "processes": processes}
+    client.destroy()
+    probe.close()
+    for p in processes:
+        p.stop()
+
+
+def run_goal(cell, timeout_s: float, **fields) -> tuple:
+    feedback = []
+    goal = BuildTwin.Goal(workcell="emulated", parent_version=-1, **fields)
+    future = cell["client"].send_goal_async(goal, feedback_callback=lambda msg: feedback.append(msg.feedback))
+    deadline = time.monotonic() + 30.0
+    while not future.done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    handle = future.result()
+    assert handle.accepted
+    result_future = handle.get_result_async()
+    deadline = time.monotonic() + timeout_s
+    while not result_future.done() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert result_future.done(), f"no result in {timeout_s} s:\n{cell['processes'][2].log()[-3000:]}"
+    return result_future.result().result, feedback
+
+
+def test_held_out_bag_as_fit_data_is_refused(cell):
+    result, _ = run_goal(cell, 60.0, fit_bags=[cell["bags"]["held_out"]], held_out_bags=[cell["bags"]["fit"]])
+    assert result.error.code == ErrorCode.WRONG_SPLIT, result.error.message
+    assert "never fit" in result.error.message
+    assert list_versions(cell["tmp"] / "twins", "emulated") == [0]  # nothing written
+
+
+def test_build_action_identifies_the_emulated_workcell(cell):
+    started = time.monotonic()
+    result, feedback = run_goal(cell, 900.0, fit_bags=[cell["bags"]["fit"]], held_out_bags=[cell["bags"]["held_out"]])
+    assert result.error.code == ErrorCode.NONE, result.error.message
+    assert result.version == 1
+    assert feedback and feedback[-1].progress > 0.9 and {f.stage for f in feedback} >= {"reading", "arm"}
+    ratio = result.held_out_rmse_after / result.held_out_rmse_before
+    twin = load_twin_version(cell["tmp"] / "twins", "emulated", 1)
+    truth = physics_parameters(load_physics(default_config_dir() / "emulated_truth.yaml"), source="t").means()
+    delay = twin.parameters["command.delay_s"]
+    gains = {n: p for n, p in twin.parameters.items() if n.startswith("actuator.panda_joint") and p.identifiable}
+    errors = {n: p.mean / truth[n] - 1 for n, p in gains.items()}
+    print(f"\nbuild {time.monotonic() - started:.0f} s; held-out RMSE {result.held_out_rmse_before * 1e3:.3f} -> "
+          f"{result.held_out_rmse_after * 1e3:.3f} mrad (ratio {ratio:.3f}); delay {delay.mean * 1e3:.2f} ms "
+          f"(truth {truth['command.delay_s'] * 1e3:.1f}); worst gain error "
+          f"{max(errors.items(), key=lambda e: abs(e[1])) if errors else None}; "
+          f"not identifiable: {len(result.not_identifiable)}")
+    assert ratio <= 0.3
+    assert abs(delay.mean - truth["command.delay_s"]) <= 0.003  # DDS: ~1-2 ms command timing quantization
+    # Over DDS on a loaded 2-core machine the player's command timing jitters by milliseconds,
+    # which biases the gains (seen: median 7-12 %, worst 7-23 %); the 5 % goal is met on
+    # in-process data (test_builder_identification.py). Bound the bulk, not the worst.
+    assert len(gains) >= 6 and float(np.median(np.abs(list(errors.values())))) <= 0.15, errors
+    assert [b.split for b in twin.manifest.provenance.source_bags] == ["fit", "held_out"]
