@@ -247,7 +247,8 @@ def test_storage_full_stops_cleanly_and_keeps_what_was_written(tmp_path):
     probe = RosProbe(domain)
     try:
         status = probe.collect(RecordingStatus, "/recorder/status", LATCHED)
-        started = call(probe, StartRecording, "/recorder/start", start_request("full", profile="identification"))
+        started = call(probe, StartRecording, "/recorder/start", start_request("full", profile="identification"),
+                       timeout_s=60.0)
         assert started.error.code == ErrorCode.NONE, started.error.message
         publisher = probe.node.create_publisher(Image, "/twinloop/test/image", RELIABLE)
         probe.wait_for(lambda: probe.node.count_subscribers("/twinloop/test/image") > 0, 20.0, "subscription")

@@ -91,6 +91,7 @@ def report_dict(result: IdentificationResult, bags: list[SourceBag]) -> dict:
         "stages": [{"name": s.name, "parameters": s.parameters, "recordings": s.recordings, "iterations": s.iterations,
                     "residual_evaluations": s.residual_evaluations, "cost_before": s.cost_before,
                     "cost_after": s.cost_after, "autocorrelation_inflation": s.autocorrelation_inflation,
+                    "residual_rms_noise_units": s.residual_rms,
                     "wall_s": s.wall_s} for s in result.stages],
         "source_bags": [{"path": b.path, "sha256": b.sha256, "split": b.split, "purpose": b.purpose} for b in bags],
     }

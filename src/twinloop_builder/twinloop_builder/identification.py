@@ -633,7 +633,8 @@ def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[Reco
             z = (z / continuous.std) if continuous.std > 0 else 1.96
             estimates[DELAY] = dataclasses.replace(
                 continuous, mean=held, std=std, ci_low=held - z * std, ci_high=held + z * std,
-                note=f"whole physics steps (zero-order hold); continuous estimate {continuous.mean * 1e3:.3f} ms")
+                note=(f"{continuous.note}; " if continuous.note else "")
+                + f"whole physics steps (zero-order hold); continuous estimate {continuous.mean * 1e3:.3f} ms")
             keep = [i for i, v in enumerate(variables) if not v.is_delay]
             spec_fixed = dict(spec_fixed, **{DELAY: held})
             variables, x_start = [variables[i] for i in keep], x_start[keep]
@@ -807,6 +808,9 @@ def _collect(stage: Stage, result: dict, prior: Mapping[str, float], settings: I
     # A model that leaves residuals far above the sensor noise does not explain the data
     # (e.g. a workcell that lagged, commands that arrived late): no number from it is confident.
     inadequate = rms > settings.max_residual_rms
+    if inadequate:
+        guidance.append(f"stage {stage.name}: residuals {rms:.1f}x the sensor noise; its parameters are not trusted. "
+                        "Record again with steady command timing (check the workcell's lag_skips and load)")
     std_x = np.sqrt(np.clip(np.diag(sigma), 0, None))
     with np.errstate(divide="ignore", invalid="ignore"):
         corr = sigma / np.outer(std_x, std_x)
