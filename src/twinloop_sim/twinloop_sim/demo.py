@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from twinloop_interfaces.msg import EnvelopeStatus, SessionId
 from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
@@ -27,14 +26,12 @@ from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
 from twinloop_sim.motion import demo_motion, period_jitter_ms, rate_hz, tracking_report
 from twinloop_sim.replay import format_report, replay_bag
 from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_sim.workcell_server import LATCHED
 from twinloop_twin.nominal import ensure_nominal_twin
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
 
 COMMAND_RATE_HZ = 250.0  # the envelope monitor's nominal command period (config/envelope.yaml)
-
-
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 
 
 def say(text: str) -> None:

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from tf2_msgs.msg import TFMessage
 
 from twinloop_sim.messages import tf_msg
 from twinloop_sim.node_support import StartupError, declare, run_node
+from twinloop_sim.workcell_server import LATCHED
 from twinloop_twin.kinematics import FrameTransform, UrdfTransforms
 from twinloop_twin.workcell import load_workcell
-
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class StatePublisher(Node):
