@@ -204,6 +204,20 @@ def test_bad_bags_get_clear_errors(tmp_path, short_session):
         load_recording(held_out, expected_split="fit")
 
 
+def test_command_times_come_from_the_workcells_applied_stamps(tmp_path, short_session):
+    # The recorder logged every command 3.1 ms after the workcell applied it.
+    late_s, applied = 0.0031, "/twinloop/emulated_workcell/applied_command"
+    exact = load_recording(write_bag(short_session, tmp_path / "applied", applied_topic=applied,
+                                     command_log_delay_s=late_s))
+    assert exact.command_timing == "applied"
+    np.testing.assert_allclose(exact.command_t, short_session.command_t, rtol=0.0, atol=1e-9)
+    np.testing.assert_array_equal(exact.command, short_session.command)
+    # Without the workcell's stamps: the start of the 2 ms period each was logged in.
+    logged = load_recording(write_bag(short_session, tmp_path / "logged", command_log_delay_s=late_s))
+    assert logged.command_timing == "log"
+    np.testing.assert_allclose(logged.command_t - short_session.command_t, 0.002, rtol=0.0, atol=1e-6)
+
+
 def test_build_writes_an_identified_twin_version(tmp_path, workcell, short_session):
     root = tmp_path / "twins"
     build_nominal_twin(root, "emulated")

@@ -4,9 +4,10 @@ emulated workcell's hidden truth (config/emulated_truth.yaml).
 
 Processes: emulated workcell (cameras off), recorder, twin builder, each a subprocess on
 one private localhost domain; the test plays the excitation from its own probe node.
-Recordings are short (8 s fit, 5 s held-out) to keep the suite fast; the accuracy goals of
-the issue are measured on in-process data in test_builder_identification.py, here the
-bounds are looser because commands reach the workcell through DDS (timing jitter).
+Recordings are short (8 s fit, 5 s held-out) to keep the suite fast. Commands reach the
+workcell through DDS with milliseconds of jitter on a loaded host; the builder times them by
+the workcell's own /twinloop/emulated_workcell/applied_command stamps (physics clock), so the
+issue's goals (gains within 5 %, delay within 1 ms) hold here too.
 """
 from __future__ import annotations
 
@@ -100,7 +101,6 @@ def test_held_out_bag_as_fit_data_is_refused(cell):
     assert list_versions(cell["tmp"] / "twins", "emulated") == [0]  # nothing written
 
 
-@pytest.mark.xfail(strict=False, reason='open defect (issue 5): over DDS the identified command delay came out 4 ms (truth 8 ms) on a clean CI run; command timing must come from /twinloop/<node>/applied_command; see the closing note')
 def test_build_action_identifies_the_emulated_workcell(cell):
     started = time.monotonic()
     result, feedback = run_goal(cell, 900.0, fit_bags=[cell["bags"]["fit"]], held_out_bags=[cell["bags"]["held_out"]])
@@ -119,16 +119,12 @@ def test_build_action_identifies_the_emulated_workcell(cell):
           f"{max(errors.items(), key=lambda e: abs(e[1])) if errors else None}; "
           f"not identifiable: {len(result.not_identifiable)}")
     assert ratio <= 0.3
-    # Over DDS on a loaded 2-core machine the player's command timing jitters by milliseconds
-    # (and a lagging workcell catches up in bursts), which biases the fit; the 5 % / 1 ms goals
-    # are met on in-process data (test_builder_identification.py). What must hold here is
-    # that nothing is reported with false confidence: an identifiable delay is within 3 ms
-    # (the ~2 ms period quantization of DDS delivery), identifiable gains within 30 % (seen: up to 25 %), and
-    # what the data cannot support is flagged instead.
-    if delay.identifiable:
-        assert abs(delay.mean - truth["command.delay_s"]) <= 0.003, delay
-    assert all(abs(e) <= 0.3 for e in errors.values()), errors
-    if not gains:
-        report = (twin.path / "identification" / "report.yaml").read_text()
-        assert "not trusted" in report
+    # Seen: delay 8.00 ms, worst gain error 1.8 % (8 s of excitation, every arm joint moving).
+    assert delay.identifiable, delay
+    assert abs(delay.mean - truth["command.delay_s"]) <= 0.001, delay
+    assert len(gains) == 2 * len(ARM_JOINTS), sorted(gains)
+    assert all(abs(e) <= 0.05 for e in errors.values()), errors
+    # ... and each within its 3-sigma interval of the truth
+    for name, p in [*gains.items(), ("command.delay_s", delay)]:
+        assert abs(p.mean - truth[name]) <= 3 * p.std, (name, p.mean, p.std, truth[name])
     assert [b.split for b in twin.manifest.provenance.source_bags] == ["fit", "held_out"]

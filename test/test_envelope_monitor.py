@@ -52,10 +52,17 @@ def kinematics():
 
 
 def _assert_holds(cell: EnvelopeCell, violation_s: float, fault: int, reason_part: str,
-                  joint: str = "panda_joint1") -> dict[str, float]:
+                  joint: str = "panda_joint1", armed: EnvelopeStatus | None = None,
+                  forwarded: int | None = None) -> dict[str, float]:
+    """`violation_s`: system time of the violation. `forwarded`: how many commands since
+    `armed` (the status after arming) the monitor must have forwarded, counted by the
+    monitor itself: every command before the violating one, and not that one."""
     status = cell.wait_for_fault()
     assert status.fault == fault, f"latched {status.fault} ({status.reason}), expected {fault}"
     assert reason_part in status.reason, status.reason
+    if forwarded is not None:
+        assert status.commands_forwarded - armed.commands_forwarded == forwarded, \
+            "the monitor forwarded the violating command, or refused one before it"
     cell.probe.wait_for(lambda: cell.holds_after(violation_s - 0.01), 2.0, "a hold command")
     hold = cell.holds_after(violation_s - 0.01)[0]
     reaction_s = stamp_s(hold.header.stamp) - violation_s
@@ -70,19 +77,17 @@ def _assert_holds(cell: EnvelopeCell, violation_s: float, fault: int, reason_par
     final = cell.measured()
     for joint in COMMANDED[:7]:
         assert abs(final[joint] - held[joint]) < 3e-3, (joint, final[joint], held[joint])
-    forwarded_after = [m for _, m in cell.hardware_commands
-                       if m.header.frame_id != "envelope_hold" and stamp_s(m.header.stamp) > violation_s + 0.001]
-    assert not forwarded_after, "a command was forwarded after the fault"
+    assert not cell.forwarded_after_first_hold(violation_s - 0.01), "a command was forwarded after the fault"
     return held
 
 
-def _first_refused(cell: EnvelopeCell, ramp) -> float:
-    """Send time of the first ramp command the monitor did not forward (the violating one)."""
-    cell.probe.wait_for(lambda: cell.holds_after(0.0), 2.0, "a hold")
-    forwarded = [stamp_s(m.header.stamp) for _, m in cell.hardware_commands if m.header.frame_id == ""]
-    last = max(forwarded)
-    first = next(i for i, (t, _) in enumerate(ramp.sent) if t > last + 1e-7)
-    return ramp.sent_real[first]
+def _first_refused(cell: EnvelopeCell, ramp, armed: EnvelopeStatus) -> tuple[float, int]:
+    """(send time, index) of the ramp's first command the monitor refused, from the
+    monitor's own count of forwarded commands since arming."""
+    status = cell.wait_for_fault()
+    index = status.commands_forwarded - armed.commands_forwarded
+    assert index < len(ramp.sent_real), "the monitor faulted without refusing a ramp command"
+    return ramp.sent_real[index], index
 
 
 def _assert_reset_restores_forwarding(cell: EnvelopeCell, velocity: float = -0.3) -> None:
@@ -120,9 +125,10 @@ COMMAND_FAULTS = {
 def test_bad_command_is_held_latched_and_reset(cell, case):
     inject, fault, reason = COMMAND_FAULTS[case]
     start = cell.prepare()
+    armed = cell.latest_status()
     ramp = cell.ramp(start, "panda_joint1", 0.3, duration_s=2.0, inject=inject, inject_at_s=0.4)
     cell.probe.wait_for(lambda: ramp.injected_at is not None, 3.0, "the injection")
-    held = _assert_holds(cell, ramp.injected_at, fault, reason)
+    held = _assert_holds(cell, ramp.injected_at, fault, reason, armed=armed, forwarded=ramp.sent_before_injection)
     assert held["panda_joint1"] - start["panda_joint1"] > 0.02, "the ramp had not moved the arm"
     ramp.join()
     _assert_reset_restores_forwarding(cell)
@@ -132,12 +138,13 @@ def _hand_positions(cell, kinematics, link="panda_hand") -> np.ndarray:
     return np.array([kinematics.world_T_link(link, s)[:3, 3] for _, (_, s) in cell.joint_states[::10]])
 
 
-@pytest.mark.xfail(strict=False, reason='open defect (issue 6): on a clean CI run the keep-out test saw a command forwarded after the fault, and the latched fault then cascades into the next tests sharing the cell; see the closing note')
 def test_keep_out_box_is_never_entered(cell, kinematics):
     start = cell.prepare()
+    armed = cell.latest_status()
     ramp = cell.ramp(start, "panda_joint1", 0.4, duration_s=2.0)
     status = cell.wait_for_fault(5.0)
-    _assert_holds(cell, _first_refused(cell, ramp), EnvelopeStatus.FAULT_KEEP_OUT, "test_zone")
+    refused_at, index = _first_refused(cell, ramp, armed)
+    _assert_holds(cell, refused_at, EnvelopeStatus.FAULT_KEEP_OUT, "test_zone", armed=armed, forwarded=index)
     ramp.join()
     # The real box (without the margin) was never entered by the hand: FK of what the robot reported.
     y = _hand_positions(cell, kinematics)[:, 1]
@@ -147,12 +154,13 @@ def test_keep_out_box_is_never_entered(cell, kinematics):
     _assert_reset_restores_forwarding(cell, velocity=-0.3)
 
 
-@pytest.mark.xfail(strict=False, reason='open defect (issue 6): on a clean CI run the keep-out test saw a command forwarded after the fault, and the latched fault then cascades into the next tests sharing the cell; see the closing note')
 def test_workspace_box_is_never_left(cell, kinematics):
     start = cell.prepare()
+    armed = cell.latest_status()
     ramp = cell.ramp(start, "panda_joint1", -0.4, duration_s=2.0)
     cell.wait_for_fault(5.0)
-    _assert_holds(cell, _first_refused(cell, ramp), EnvelopeStatus.FAULT_WORKSPACE, "workspace")
+    refused_at, index = _first_refused(cell, ramp, armed)
+    _assert_holds(cell, refused_at, EnvelopeStatus.FAULT_WORKSPACE, "workspace", armed=armed, forwarded=index)
     ramp.join()
     y = _hand_positions(cell, kinematics)[:, 1]
     assert y.min() > WORKSPACE_MIN[1], f"hand reached y = {y.min():.3f} m"
@@ -232,7 +240,6 @@ def test_disarmed_monitor_forwards_nothing(cell):
     assert abs(cell.measured()["panda_joint1"] - start["panda_joint1"]) < 2e-3
 
 
-@pytest.mark.xfail(strict=False, reason='open defect (issue 6): on a clean CI run the keep-out test saw a command forwarded after the fault, and the latched fault then cascades into the next tests sharing the cell; see the closing note')
 def test_well_behaved_commands_pass_unchanged(cell):
     start = cell.prepare()
     armed = cell.latest_status()

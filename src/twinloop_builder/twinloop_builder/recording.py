@@ -1,9 +1,13 @@
 """A recorded identification session as arrays, read from a bag. Pure Python (no rclpy).
 
-Times are seconds from the first joint state. A command's time is its log time (when the
-recorder, on the workcell host, received it) moved to the start of the control period it
-arrived in: the workcell applies a command from the start of the period in which it
-arrives, so one logged in (t_{k-1}, t_k] (joint-state stamps) is in force from t_{k-1}.
+Times are seconds from the first joint state. A command's time is when it took effect on
+the workcell. A simulated workcell records that (`/twinloop/<node>/applied_command`,
+stamped on the physics clock), and then it is exact. Otherwise (a real driver) it is the
+log time (when the recorder, on the workcell host, received it) moved to the start of the
+control period it arrived in: a workcell applies a command from the start of the period in
+which it arrives, so one logged in (t_{k-1}, t_k] (joint-state stamps) is in force from
+t_{k-1}. Over DDS on a loaded host the log time can be milliseconds off the driver's, which
+biases the identified command delay by as much.
 """
 from __future__ import annotations
 
@@ -13,13 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from twinloop_sim.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, simulated_topic
 from twinloop_twin.physics import ALL_JOINTS, COMMANDED_JOINTS
 
 STATE_TOPIC = "/joint_states"
 COMMAND_TOPIC = "/joint_command"
-# The emulated workcell publishes its box's ground-truth pose here. On a real workcell the
-# box pose comes from perception; the push identification reads whichever topic ends so.
-BOX_TOPIC_SUFFIX = "/box_pose"
 
 
 class RecordingError(ValueError):
@@ -53,7 +55,7 @@ class Recording:
     position: np.ndarray  # (N, 9) in ALL_JOINTS order; rad (m for fingers)
     velocity: np.ndarray  # (N, 9)
     effort: np.ndarray  # (N, 9) N*m (N); actuator torque including gravity compensation
-    command_t: np.ndarray  # (M,) s, log time of each command
+    command_t: np.ndarray  # (M,) s, when each command took effect (see the module docstring)
     command: np.ndarray  # (M, 8) full target vector (COMMANDED_JOINTS order) in force after it
     box_t: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K,) s
     box_pose: np.ndarray = field(default_factory=lambda: np.zeros((0, 7)))  # (K, 7) xyz + quat wxyz
@@ -61,6 +63,7 @@ class Recording:
     purpose: str = "identification"
     path: str = ""
     sha256: str = ""
+    command_timing: str = "applied"  # 'applied' (workcell's own stamps) or 'log' (recorder receive time)
 
     @property
     def duration_s(self) -> float:
@@ -84,7 +87,7 @@ class Recording:
         b = (self.box_t >= start_s) & (self.box_t <= end_s)
         return Recording(name or f"{self.name}[{start_s:.1f},{end_s:.1f}]", self.state_t[s], self.position[s],
                          self.velocity[s], self.effort[s], self.command_t, self.command, self.box_t[b],
-                         self.box_pose[b], self.split, self.purpose, self.path, self.sha256)
+                         self.box_pose[b], self.split, self.purpose, self.path, self.sha256, self.command_timing)
 
 
 def bag_sha256(path: Path | str) -> str:
@@ -145,15 +148,19 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
             velocity = np.nan_to_num(states.velocity[:, columns])
             effort = states.effort[:, columns]
             targets = dict(zip(COMMANDED_JOINTS, position[0, [ALL_JOINTS.index(j) for j in COMMANDED_JOINTS]]))
+            counts = {t: info.count for t, info in bag.topics.items()}
+            applied = simulated_topic(counts, APPLIED_COMMAND_SUFFIX)
             command_t, command = [], []
-            for message in bag.messages([COMMAND_TOPIC]):
+            for message in bag.messages([applied or COMMAND_TOPIC]):
                 try:
                     targets.update(parse_joint_command(message.msg.name, message.msg.position, COMMANDED_JOINTS))
                 except CommandRejected as error:
                     raise WrongJointNames(f"bag {path}: a recorded command does not fit this workcell: {error}") from error
-                command_t.append((message.log_time_ns - t0) * 1e-9)
+                stamp = message.msg.header.stamp
+                when_ns = int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec) if applied else message.log_time_ns
+                command_t.append((when_ns - t0) * 1e-9)
                 command.append([targets[j] for j in COMMANDED_JOINTS])
-            box_topic = next((t for t in sorted(bag.topics) if t.startswith("/twinloop/") and t.endswith(BOX_TOPIC_SUFFIX)), None)
+            box_topic = simulated_topic(counts, BOX_POSE_SUFFIX)
             box_t, box_pose = np.zeros(0), np.zeros((0, 7))
             if box_topic:
                 poses = [m.msg for m in bag.messages([box_topic])]
@@ -165,13 +172,15 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
         raise RecordingError(str(error)) from error
     order = np.argsort(command_t, kind="stable")
     command_t = np.asarray(command_t)[order]
-    # A workcell applies a command from the start of the control period in which it arrives
-    # (the joint-state stamps mark the periods): logged in (t_{k-1}, t_k], it rules from t_{k-1}.
-    period = np.searchsorted(state_t, command_t + 1e-7, side="right") - 1
-    command_t = np.where(period >= 0, state_t[np.clip(period, 0, None)], command_t)
+    if not applied:
+        # A workcell applies a command from the start of the control period in which it arrives
+        # (the joint-state stamps mark the periods): logged in (t_{k-1}, t_k], it rules from t_{k-1}.
+        period = np.searchsorted(state_t, command_t + 1e-7, side="right") - 1
+        command_t = np.where(period >= 0, state_t[np.clip(period, 0, None)], command_t)
     recording = Recording(path.name, state_t, position, velocity, effort, command_t,
                           np.asarray(command, dtype=float).reshape(-1, len(COMMANDED_JOINTS))[order],
-                          box_t, box_pose, split or "fit", purpose or "identification", str(path), bag_sha256(path))
+                          box_t, box_pose, split or "fit", purpose or "identification", str(path), bag_sha256(path),
+                          "applied" if applied else "log")
     check_recording(recording, min_duration_s=min_duration_s)
     return recording
 

@@ -82,10 +82,14 @@ def simulate_session(workcell: WorkcellDescription, physics: WorkcellPhysics, se
 
 def write_bag(recording: Recording, path, *, split: str | None = None, purpose: str = "identification",
               joint_names: Sequence[str] | None = None, skip_topics: Sequence[str] = (),
-              box_topic: str = "/twinloop/emulated_workcell/box_pose", start_ns: int = 1_800_000_000_000_000_000):
+              box_topic: str = "/twinloop/emulated_workcell/box_pose", start_ns: int = 1_800_000_000_000_000_000,
+              applied_topic: str | None = None, command_log_delay_s: float = 0.0):
     """Write a recording as a rosbag2 MCAP bag with twinloop session metadata (as the recorder
     would), e.g. to test the bag path of identification without DDS. `joint_names` renames
-    the joints (to test a bag of another robot); `skip_topics` leaves topics out."""
+    the joints (to test a bag of another robot); `skip_topics` leaves topics out.
+    `applied_topic` adds the commands as a simulated workcell reports them (stamped when they
+    took effect); `command_log_delay_s` logs /joint_command that much late, as a recorder
+    receiving them after the workcell does."""
     from pathlib import Path
 
     from twinloop_logging.bag_writer import BagWriter
@@ -114,6 +118,8 @@ def write_bag(recording: Recording, path, *, split: str | None = None, purpose: 
     writer.custom_data[SESSION_KEY] = session.to_json()
     topics = {"/joint_states": "sensor_msgs/msg/JointState", "/joint_command": "sensor_msgs/msg/JointState",
               box_topic: "geometry_msgs/msg/PoseStamped"}
+    if applied_topic:
+        topics[applied_topic] = "sensor_msgs/msg/JointState"
     for topic, kind in topics.items():
         if topic not in skip_topics:
             writer.add_topic(topic, resolver.definition(kind))
@@ -124,12 +130,14 @@ def write_bag(recording: Recording, path, *, split: str | None = None, purpose: 
             msg = JointState(header=h, name=names, position=recording.position[i].copy(),
                              velocity=recording.velocity[i].copy(), effort=recording.effort[i].copy())
             events.append((ns, "/joint_states", store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
-    if "/joint_command" not in skip_topics:
-        for t, row in zip(recording.command_t, recording.command):
-            ns, h = header(t)
-            msg = JointState(header=h, name=commanded, position=np.asarray(row, dtype=float),
-                             velocity=np.zeros(0), effort=np.zeros(0))
-            events.append((ns, "/joint_command", store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+    for topic, late_s in (("/joint_command", command_log_delay_s), (applied_topic, 0.0)):
+        if topic and topic not in skip_topics:
+            for t, row in zip(recording.command_t, recording.command):
+                ns, h = header(t)
+                msg = JointState(header=h, name=commanded, position=np.asarray(row, dtype=float),
+                                 velocity=np.zeros(0), effort=np.zeros(0))
+                events.append((ns + int(round(late_s * 1e9)), topic,
+                               store.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
     if box_topic not in skip_topics:
         for t, pose in zip(recording.box_t, recording.box_pose):
             ns, h = header(t, "world")

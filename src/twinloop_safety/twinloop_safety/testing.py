@@ -42,6 +42,7 @@ class EnvelopeCell:
         self.monitor = NodeProcess("twinloop_safety.envelope_monitor_node", self.domain_id,
                                    monitor_parameters or {}, log_path=log_dir / f"monitor-{self.domain_id}.log")
         self.extra: list[NodeProcess] = []
+        self.ramps: list[Ramp] = []
         self.home = load_workcell().home_joint_positions
         self.probe = RosProbe(self.domain_id)
         node = self.probe.node
@@ -85,11 +86,13 @@ class EnvelopeCell:
         assert response.error.code == ErrorCode.NONE, response.error.message
 
     def prepare(self) -> dict[str, float]:
-        """Clear any fault, disarm, put the robot home, arm. Returns the home targets.
+        """Stop earlier command streams, clear any fault, disarm, put the robot home, arm.
 
-        Targets, not the measured pose: the finger's home is its upper limit, and encoder
-        noise would put a measured value a hair beyond it.
+        Returns the home targets: targets, not the measured pose (the finger's home is its
+        upper limit, and encoder noise would put a measured value a hair beyond it). A
+        stream left running by a failed case would otherwise be forwarded after the reset.
         """
+        self.stop_ramps()
         self.reset_fault()
         self.set_armed(False)
         self.reset_workcell()
@@ -118,6 +121,18 @@ class EnvelopeCell:
         return [m for _, m in self.hardware_commands
                 if m.header.frame_id == "envelope_hold" and stamp_s(m.header.stamp) >= t_s]
 
+    def forwarded_after_first_hold(self, t_s: float) -> list[JointState]:
+        """Commands the monitor forwarded after its first hold stamped at or after `t_s`.
+
+        One writer, reliable: the probe receives /joint_command in publish order, so this
+        is exact without comparing clocks of different processes.
+        """
+        messages = [m for _, m in self.hardware_commands]
+        first = next((i for i, m in enumerate(messages)
+                      if m.header.frame_id == "envelope_hold" and stamp_s(m.header.stamp) >= t_s), None)
+        assert first is not None, "no hold after the violation"
+        return [m for m in messages[first:] if m.header.frame_id != "envelope_hold"]
+
     # ------------------------------------------------------------ commands
     def command(self, positions: dict[str, float], frame_id: str = "", stamp_s: float | None = None) -> float:
         """Publish on the policy topic, stamped now (or at `stamp_s`, system clock). Returns the stamp."""
@@ -132,9 +147,18 @@ class EnvelopeCell:
              period_s: float = 0.004, duration_s: float = 1.0,
              inject: Callable[[int, dict[str, float]], dict | None] | None = None,
              inject_at_s: float = 0.5) -> "Ramp":
-        return Ramp(self, start, joint, velocity, acceleration, period_s, duration_s, inject, inject_at_s)
+        ramp = Ramp(self, start, joint, velocity, acceleration, period_s, duration_s, inject, inject_at_s)
+        self.ramps.append(ramp)
+        return ramp
+
+    def stop_ramps(self) -> None:
+        for ramp in self.ramps:
+            ramp.stop_sending.set()
+            ramp.join()
+        self.ramps.clear()
 
     def close(self) -> None:
+        self.stop_ramps()
         self.probe.close()
         for process in self.extra:
             process.stop()
@@ -148,7 +172,8 @@ class Ramp(threading.Thread):
     The increment per message is fixed and each message is stamped with its tick of the
     schedule (as a policy on a timer computes and stamps it), so sender jitter changes only
     when a step arrives, never its size or stamp. `inject(step, targets)` may
-    return a command to send instead at `inject_at_s`; its send time is `injected_at`.
+    return a command to send instead at `inject_at_s`; its send time is `injected_at`, and
+    `sent_before_injection` counts the ramp's commands published before it.
     """
 
     def __init__(self, cell, start, joint, velocity, acceleration, period_s, duration_s, inject, inject_at_s):
@@ -157,6 +182,7 @@ class Ramp(threading.Thread):
         self.joint, self.velocity, self.acceleration = joint, velocity, acceleration
         self.period_s, self.duration_s, self.inject, self.inject_at_s = period_s, duration_s, inject, inject_at_s
         self.injected_at: float | None = None
+        self.sent_before_injection: int | None = None
         self.last_sent_at: float | None = None
         self.stop_sending = threading.Event()
         self.sent: list[tuple[float, dict[str, float]]] = []  # (stamp, targets)
@@ -176,6 +202,7 @@ class Ramp(threading.Thread):
             command = dict(self.targets)
             if self.inject is not None and self.injected_at is None and time.monotonic() - begin >= self.inject_at_s:
                 replacement = self.inject(step, command)
+                self.sent_before_injection = len(self.sent)
                 sent_at = time.time()  # the violation happens now (the stamp is the schedule's)
                 if replacement is not None:
                     self.last_sent_at = self.cell.command(replacement, frame_id="injected",

@@ -34,6 +34,20 @@ class ContractTopics:
         }
 
 
+# Topics a simulated workcell adds under /twinloop/<node>/ (so that the recording profiles
+# keep them); a real driver has neither. Each accepted command, stamped with the physics
+# time it took effect at (a recorder's receive time can be ms off on a loaded host):
+APPLIED_COMMAND_SUFFIX = "/applied_command"
+# The box's ground-truth pose (on a real workcell, perception publishes it):
+BOX_POSE_SUFFIX = "/box_pose"
+
+
+def simulated_topic(topics: Mapping[str, int], suffix: str) -> str | None:
+    """The first `/twinloop/.../<suffix>` topic with messages, from {topic: message count}."""
+    return next((t for t in sorted(topics) if t.startswith("/twinloop/") and t.endswith(suffix) and topics[t] > 0),
+                None)
+
+
 class CommandRejected(ValueError):
     """A joint command that must not reach the actuators. `code` is an ErrorCode name."""
 

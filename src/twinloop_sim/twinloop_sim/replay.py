@@ -16,14 +16,13 @@ import mujoco
 import numpy as np
 
 from twinloop_logging.bag_reader import BagError, open_bag
-from twinloop_sim.contract import CommandRejected, parse_joint_command
+from twinloop_sim.contract import (APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, CommandRejected, parse_joint_command,
+                                   simulated_topic)
 from twinloop_sim.workcell_sim import WorkcellSimulation
 from twinloop_twin.kinematics import UrdfTransforms
 
 COMMAND_TOPIC = "/joint_command"
 STATE_TOPIC = "/joint_states"
-BOX_TOPIC_SUFFIX = "/box_pose"
-APPLIED_SUFFIX = "/applied_command"
 END_EFFECTOR = "panda_hand_tcp"
 MAX_ALIGNMENT_S = 0.05
 
@@ -65,8 +64,8 @@ def load_recorded_run(bag_path: Path | str, commandable: list[str]) -> RecordedR
             start_ns = int(states.stamps_ns[0])
             # A simulated workcell records when each command took effect (physics clock);
             # otherwise the recorder's receive time stands in for the driver's.
-            applied = next((t for t in bag.topics if t.startswith("/twinloop/") and t.endswith(APPLIED_SUFFIX)
-                            and bag.topics[t].count > 0), None)
+            counts = {t: info.count for t, info in bag.topics.items()}
+            applied = simulated_topic(counts, APPLIED_COMMAND_SUFFIX)
             commands = []
             for message in bag.messages([applied or COMMAND_TOPIC]):
                 try:
@@ -75,7 +74,7 @@ def load_recorded_run(bag_path: Path | str, commandable: list[str]) -> RecordedR
                     raise ReplayError(f"bag {bag_path}: a recorded command does not fit this twin: {error}") from error
                 when_ns = _stamp_ns(message.msg) if applied else message.log_time_ns
                 commands.append(((when_ns - start_ns) * 1e-9, targets))
-            box_topic = next((t for t in bag.topics if t.startswith("/twinloop/") and t.endswith(BOX_TOPIC_SUFFIX)), None)
+            box_topic = simulated_topic(counts, BOX_POSE_SUFFIX)
             box_t, box_xyz = np.zeros(0), np.zeros((0, 3))
             if box_topic:
                 poses = list(bag.messages([box_topic]))

@@ -22,7 +22,7 @@ from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.msg import ErrorCode, SystemStatus
 from twinloop_interfaces.srv import ResetWorkcell
 
-from twinloop_sim.contract import CommandRejected, ContractTopics
+from twinloop_sim.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, CommandRejected, ContractTopics
 from twinloop_sim.messages import joint_state_msg, stamp_from_ns, tf_msg
 from twinloop_sim.node_support import RateMeter, declare
 from twinloop_sim.scene_state import SceneStateWriter
@@ -73,11 +73,11 @@ class WorkcellServer(Node):
         self.tf_pub = self.create_publisher(TFMessage, topics.tf, STREAM)
         self.clock_pub = self.create_publisher(Clock, topics.clock, STREAM) if simulated_clock else None
         # under /twinloop/ so that the recording profiles (identification, trial) keep it
-        self.box_pose_pub = self.create_publisher(PoseStamped, f"/twinloop/{node_name}/box_pose", STREAM)
+        self.box_pose_pub = self.create_publisher(PoseStamped, f"/twinloop/{node_name}{BOX_POSE_SUFFIX}", STREAM)
         # Each accepted command, stamped with the physics time it takes effect at: on a
         # loaded host the recorder's receive time can be ms off; replay and identification
         # use this when a recording has it (a real driver has no such topic).
-        self.applied_pub = self.create_publisher(JointState, f"/twinloop/{node_name}/applied_command", STREAM)
+        self.applied_pub = self.create_publisher(JointState, f"/twinloop/{node_name}{APPLIED_COMMAND_SUFFIX}", STREAM)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", STREAM)
         self.status_pub = self.create_publisher(SystemStatus, "~/status", LATCHED)
         self.create_publisher(String, topics.robot_description, LATCHED).publish(String(data=self.served.urdf_xml))
