@@ -24,7 +24,7 @@ from twinloop_builder.synthetic import simulate_session, write_bag
 from twinloop_twin.bundle import load_twin_version
 from twinloop_twin.nominal import build_nominal_twin, load_scene, physics_parameters
 from twinloop_twin.physics import ARM_JOINTS, load_physics
-from twinloop_twin.scene import build_workcell_spec
+from twinloop_twin.scene import build_workcell_spec, command_delay_of
 from twinloop_twin.workcell import default_config_dir, load_workcell
 
 FIT_S = 8.0  # s of joint excitation in the fit sessions (the benchmark scales 30/60/120 s)
@@ -152,10 +152,24 @@ def test_box_mass_and_friction_from_pushes(workcell, nominal, spec):
     for name in ident.BOX_PARAMETERS:
         prior[name] = physics_parameters(nominal, source="nominal").means()[name]
     result = ident.identify(spec, prior, [fit], select=list(ident.BOX_PARAMETERS))
-    for name in ("box.mass_kg", "box.friction"):
-        estimate = result.estimates[name]
-        print(f"{name}: {estimate.mean:.4f} ± {estimate.std:.4f} (truth {truth_values[name]})")
-        assert abs(estimate.mean / truth_values[name] - 1) <= 0.06, estimate  # 5 % goal + 1 % margin
+    product = result.derived["box.mass_kg*box.friction"]
+    truth_values[product.name] = truth_values["box.mass_kg"] * truth_values["box.friction"]
+    for name, estimate in [*((n, result.estimates[n]) for n in ident.BOX_PARAMETERS), (product.name, product)]:
+        print(f"{name}: {estimate.mean:.4f} ± {estimate.std:.4f} (truth {truth_values[name]:.4f}), "
+              f"{'identifiable' if estimate.identifiable else 'not identifiable'}")
+        # whatever is claimed holds: the truth inside the interval, and within the goal
+        if estimate.identifiable:
+            assert estimate.ci_low <= truth_values[name] <= estimate.ci_high, estimate
+            assert abs(estimate.mean / truth_values[name] - 1) <= 0.05, estimate
+    # Contacts make the cost chaotic in the parameters; the Nelder-Mead search still lands near
+    # the truth (seen: mass -3.7 %, box friction +1.9 %, product -1.9 %, finger friction -11 %;
+    # Levenberg-Marquardt stalled 6-30 % off) ...
+    for name in ("box.mass_kg", "box.friction", product.name):
+        assert abs(result.estimates.get(name, product).mean / truth_values[name] - 1) <= 0.05, name
+    # ... and what the three pushes cannot separate is flagged, with what to record instead.
+    for name in ident.BOX_PARAMETERS:
+        if not result.estimates[name].identifiable:
+            assert "not identifiable" in result.estimates[name].note and "add" in result.estimates[name].note
 
 
 def test_excitation_is_safe_and_starts_and_ends_at_home(workcell, spec):
@@ -244,7 +258,7 @@ def test_build_writes_an_identified_twin_version(tmp_path, workcell, short_sessi
         "joint.panda_joint5.damping"].mean
     model = load_scene(twin)  # the scene carries the identified values
     assert model.actuator_gainprm[model.actuator("panda_joint2").id, 0] == pytest.approx(kp.mean, rel=1e-5)  # XML digits
-    assert model.actuator_delay[0] == pytest.approx(round(twin.parameters["command.delay_s"].mean, 3))
+    assert command_delay_of(model.actuator_delay[0]) == pytest.approx(round(twin.parameters["command.delay_s"].mean, 3))
     report = yaml.safe_load(twin.file_path(REPORT_FILE).read_text())
     assert report["held_out"]["joint_rmse_after_rad"] < report["held_out"]["joint_rmse_before_rad"]
     assert stages[0][0] == "reading" and stages[-1] == ("done", 1.0)

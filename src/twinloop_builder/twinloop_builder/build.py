@@ -82,6 +82,8 @@ def report_dict(result: IdentificationResult, bags: list[SourceBag]) -> dict:
                           "ci_high": None if math.isnan(e.ci_high) else e.ci_high,
                           "prior": e.prior, "identifiable": e.identifiable, "note": e.note}
                       for n, e in result.estimates.items()},
+        "derived": {n: {"mean": e.mean, "std": e.std, "ci_low": e.ci_low, "ci_high": e.ci_high,
+                        "identifiable": e.identifiable, "note": e.note} for n, e in result.derived.items()},
         "not_identifiable": result.not_identifiable,
         "guidance": list(result.guidance),
         "correlations_above_0_8": [{"a": a, "b": b, "correlation": c} for (a, b), c in result.correlations.items()],

@@ -25,10 +25,12 @@ from twinloop_twin.scene import (  # noqa: E402
     TIMESTEP_S,
     actuator_ids,
     command_actuator_ids,
+    command_delay_of,
     compile_workcell,
     joint_dof_addresses,
     joint_qpos_addresses,
     make_charuco_board,
+    mujoco_actuator_delay,
     reset_to_home,
 )
 from twinloop_twin.workcell import (  # noqa: E402
@@ -179,7 +181,7 @@ def test_compiled_parameters_equal_the_physics_file(workcell, physics):
         assert model.actuator_gainprm[actuator, 0] == pytest.approx(physics.joints[name].kp)
         assert model.actuator_biasprm[actuator, 1] == pytest.approx(-physics.joints[name].kp)
         assert model.actuator_biasprm[actuator, 2] == pytest.approx(-physics.joints[name].kv)
-        assert model.actuator_delay[actuator] == pytest.approx(physics.command_delay_s)
+        assert command_delay_of(model.actuator_delay[actuator]) == pytest.approx(physics.command_delay_s)
         assert model.actuator_history[actuator, 0] * model.opt.timestep >= physics.command_delay_s
     box_geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] == model.body("box").id
                  and model.geom_contype[g]]
@@ -249,6 +251,34 @@ def test_command_delay_is_applied(workcell):
         onsets[name] = delayed
     slow, fast = onsets["emulated_truth_slow.yaml"], onsets["emulated_truth.yaml"]
     assert slow - fast > 0.025, f"slow truth moved at {slow * 1e3:.0f} ms, default truth at {fast * 1e3:.0f} ms"
+
+
+def _sine_response(model: mujoco.MjModel, start_s: float) -> np.ndarray:
+    """Joint 1 under a 1 Hz sine command sent every 2 ms, from `start_s` of simulated time."""
+    data = mujoco.MjData(model)
+    reset_to_home(model, data)
+    actuator = command_actuator_ids(model, ["panda_joint1"])[0]
+    home = float(data.ctrl[actuator])
+    qpos = model.jnt_qposadr[model.joint("panda_joint1").id]
+    mujoco.mj_step(model, data, nstep=int(round(start_s / model.opt.timestep)))  # the time grows by sums of dt
+    out = []
+    for k in range(500):
+        data.ctrl[actuator] = home + 0.3 * np.sin(2 * np.pi * k * 0.002)
+        mujoco.mj_step(model, data, nstep=2)
+        out.append(data.qpos[qpos])
+    return np.array(out)
+
+
+def test_command_delay_acts_the_same_at_any_simulated_time(workcell):
+    # A whole-step delay read exactly at a sample's time used to act one step longer or not
+    # depending on round-off in the absolute time (seen after 10 s, not after 0 or 200 s).
+    model = compile_workcell(workcell, load_physics(default_config_dir() / "emulated_truth.yaml"))
+    reference = _sine_response(model, 0.0)
+    for start_s in (10.0, 50.0, 123.4):
+        np.testing.assert_allclose(_sine_response(model, start_s), reference, atol=1e-9, err_msg=f"from {start_s} s")
+    one_step_longer = compile_workcell(workcell, load_physics(default_config_dir() / "emulated_truth.yaml"))
+    one_step_longer.actuator_delay[:] = mujoco_actuator_delay(command_delay_of(model.actuator_delay[0]) + TIMESTEP_S)
+    assert np.abs(_sine_response(one_step_longer, 0.0) - reference).max() > 1e-3  # the test can tell one step
 
 
 # --------------------------------------------------------------------------- rendering

@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 
 from twinloop_twin.parameters import ParameterSet
-from twinloop_twin.scene import actuator_name_for_joint
+from twinloop_twin.scene import actuator_name_for_joint, command_delay_of, mujoco_actuator_delay
 
 BOX_BODY = "box"
 FINGER_BODIES = ("panda_leftfinger", "panda_rightfinger")
@@ -72,7 +72,8 @@ def read_parameters(model: mujoco.MjModel, names: list[str]) -> dict[str, float]
             out[name] = float(model.actuator_gainprm[actuator, 0] if parts[2] == "kp"
                               else -model.actuator_biasprm[actuator, 2])
         elif name == "command.delay_s":
-            out[name] = float(model.actuator_delay[0])
+            raw = float(model.actuator_delay[0])
+            out[name] = raw if _interpolates(model) else command_delay_of(raw, model.opt.timestep)
         elif name == "box.mass_kg":
             out[name] = float(model.body_mass[model.body(BOX_BODY).id])
         elif name in ("box.friction", "finger.friction"):
@@ -133,7 +134,13 @@ def _set_delay(model, delay_s: float) -> None:
         raise ParameterApplicationError(
             f"command.delay_s = {delay_s} is outside [0, {capacity}] s, the command history the "
             "scene was built with; rebuild the scene with a larger max_command_delay_s")
-    model.actuator_delay[:] = delay_s
+    # Zero-order hold acts in whole steps and is read half a step early (scene.py says why);
+    # a linearly interpolated read is continuous in the delay and takes it as it is.
+    model.actuator_delay[:] = delay_s if _interpolates(model) else mujoco_actuator_delay(delay_s, model.opt.timestep)
+
+
+def _interpolates(model) -> bool:
+    return bool(model.actuator_history[0, 1])
 
 
 def _set_mass(model, body_name: str, mass_kg: float) -> None:

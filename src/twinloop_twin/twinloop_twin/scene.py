@@ -19,7 +19,12 @@ Decisions (why):
   buffer at time - delay (zero-order hold). The buffer needs nsample * dt >= delay; we
   size it for `max_command_delay_s` so identification can change `model.actuator_delay`
   at run time without rebuilding. Because the buffer is read before it is written, any
-  delay in (0, dt] acts as one step; delay 0 reads mjData.ctrl directly.
+  delay in (0, dt] acts as one step; delay 0 reads mjData.ctrl directly. A delay of whole
+  steps would read the buffer exactly at a sample's time, where round-off in the absolute
+  simulation time picks the sample before or after it (measured: one run acted as 8 or as
+  9 ms depending on how long the simulation had run), so the model holds the command delay
+  half a step short (`mujoco_actuator_delay`): it then acts as exactly the whole-step delay
+  at any time. `command.delay_s` in a twin is the delay that acts, never the MuJoCo field.
 """
 
 from __future__ import annotations
@@ -38,6 +43,21 @@ from twinloop_twin.physics import ARM_JOINTS, COMMANDED_JOINTS, FINGER_JOINTS, W
 from twinloop_twin.workcell import CharucoBoardSpec, WorkcellDescription, urdf_for_mujoco
 
 TIMESTEP_S = 0.001
+
+
+def mujoco_actuator_delay(delay_s: float, timestep_s: float = TIMESTEP_S) -> float:
+    """MuJoCo's zero-order-hold actuator `delay` for a command delay `delay_s` (see above):
+    `delay_s` rounded up to whole steps, less half a step; 0 stays 0."""
+    if delay_s <= 0.0:
+        return 0.0
+    return (max(1, math.ceil(delay_s / timestep_s - 1e-6)) - 0.5) * timestep_s
+
+
+def command_delay_of(mujoco_delay_s: float, timestep_s: float = TIMESTEP_S) -> float:
+    """The command delay a zero-order-hold actuator `delay` acts as (whole steps)."""
+    if mujoco_delay_s <= 0.0:
+        return 0.0
+    return max(1, math.ceil(mujoco_delay_s / timestep_s - 1e-6)) * timestep_s
 MAX_COMMAND_DELAY_S = 0.1  # history buffer length; identification may set delays up to this
 ROBOT_ROOT_BODY = "panda_link0"
 GRIPPER_ACTUATOR = "panda_gripper"  # drives panda_finger_joint1; finger 2 follows by equality
@@ -200,7 +220,7 @@ def _add_actuators(spec: mujoco.MjSpec, physics: WorkcellPhysics, max_command_de
         actuator.set_to_position(kp=gains.kp, kv=gains.kv)
         actuator.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
         actuator.ctrlrange = joint.range
-        actuator.delay = delay_s
+        actuator.delay = mujoco_actuator_delay(delay_s)
         actuator.nsample = nsample
         actuator.interp = 0  # zero-order hold: a real command is held until the next one
 
