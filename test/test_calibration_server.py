@@ -1,7 +1,8 @@
 """The calibration action server end to end on the emulated workcell, over real DDS.
 
-The server plans views of the table's ChArUco board, drives the arm over /joint_command,
-and calibrates the wrist camera (eye-in-hand) and, through the same board, the static
+The server plans views of the table's ChArUco board, drives the arm through the envelope
+monitor (the only writer of /joint_command: the server arms it, streams targets to
+/twinloop/calibration/command and disarms it after), and calibrates the wrist camera (eye-in-hand) and, through the same board, the static
 camera (base_T_camera); both are compared with the mounts in the URDF (the truth here).
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from rclpy.action import ActionClient
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.action import Calibrate
-from twinloop_interfaces.msg import ErrorCode
+from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 
 from twinloop_calibration import se3
 from twinloop_calibration.calibration_io import load_calibration
@@ -34,18 +35,22 @@ def cell(tmp_path_factory):
     domain = fresh_domain_id()
     workcell = NodeProcess("twinloop_sim.emulated_workcell_node", domain, {"seed": 4},
                            log_path=folder / "workcell.log")
+    # Watchdogs generous for a loaded 2-core host (the defaults are 0.1 s).
+    monitor = NodeProcess("twinloop_safety.envelope_monitor_node", domain,
+                          {"command_timeout_s": 0.5, "joint_state_timeout_s": 0.5}, log_path=folder / "monitor.log")
     server = NodeProcess("twinloop_calibration.calibration_server_node", domain,
                          {"calibration_root": str(folder), "bootstrap": 10, "num_views": 10},
                          log_path=folder / "server.log")
     probe = RosProbe(domain)
     client = ActionClient(probe.node, Calibrate, "/calibration_server/calibrate")
     if not client.wait_for_server(timeout_sec=60.0):
-        logs = server.log() + workcell.log()
-        probe.close(), server.stop(), workcell.stop()
+        logs = server.log() + workcell.log() + monitor.log()
+        probe.close(), server.stop(), monitor.stop(), workcell.stop()
         raise AssertionError(f"calibration server did not come up:\n{logs}")
     yield probe, client, folder, server
     probe.close()
     server.stop()
+    monitor.stop()
     workcell.stop()
 
 
@@ -62,6 +67,7 @@ def _run(probe, client, timeout_s: float = 240.0, **goal_fields):
 def test_static_and_wrist_cameras_against_the_urdf_mounts(cell):
     probe, client, folder, server = cell
     tf_static = probe.collect(TFMessage, "/tf_static", LATCHED)
+    envelope = probe.collect(EnvelopeStatus, "/twinloop/envelope/status", LATCHED)
     started = time.monotonic()
     result, feedback = _run(probe, client, source="live", camera="static_camera", setup="eye_to_hand")
     elapsed = time.monotonic() - started
@@ -96,6 +102,12 @@ def test_static_and_wrist_cameras_against_the_urdf_mounts(cell):
     assert result.views_used >= 5 and result.held_out_rms_px < 1.0
     assert {f.stage for f in feedback} >= {"moving", "detecting", "solving"}
     assert result.calibration_path.endswith("static_camera.yaml")
+    # Every move went through the monitor, which was armed for the run, never faulted, and
+    # was disarmed after it.
+    assert any(m.state == EnvelopeStatus.STATE_ARMED for _, m in envelope)
+    probe.wait_for(lambda: envelope[-1][1].state == EnvelopeStatus.STATE_DISARMED, 5.0, "the monitor disarmed")
+    assert all(m.fault == 0 for _, m in envelope), [m.reason for _, m in envelope if m.fault]
+    assert envelope[-1][1].commands_forwarded > 1000  # ~250 per second of the run
     # Both results are on /tf_static (latched) under their own child frames.
     probe.wait_for(lambda: any(len(m.transforms) == 2 for _, m in tf_static), 10.0, "calibrated /tf_static")
     children = {tr.child_frame_id for _, m in tf_static for tr in m.transforms}

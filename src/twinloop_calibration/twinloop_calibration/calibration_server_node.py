@@ -1,14 +1,18 @@
 """Calibration action server: `~/calibrate` (twinloop_interfaces/action/Calibrate).
 
-Live: plans diverse poses with the target in view, drives the arm there over the command
-topic, waits for it to settle, and pairs the next camera image with the joint state at
-its stamp. Bag: reads the recorded views (twinloop_logging). Then solves (calibration.handeye),
+Live: plans diverse poses with the target in view, drives the arm there through the
+envelope monitor (it arms the monitor, streams position targets to its input at the
+monitor's command period without a break, holding while it takes images, and disarms it
+after; a monitor fault ends the run with the monitor's reason), waits for the arm to
+settle, and pairs the next camera image with the joint state at its stamp. Bag: reads the recorded views (twinloop_logging). Then solves (calibration.handeye),
 writes `<calibration_root>/<workcell_name>/<camera>.yaml` and publishes the result on
 /tf_static. All the work is in the pure modules; this node only moves data.
 """
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -20,12 +24,13 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.action import Calibrate
-from twinloop_interfaces.msg import ErrorCode
+from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
+from twinloop_interfaces.srv import SetArmed
 
 from twinloop_calibration import calibration_io, handeye, se3, sources
 from twinloop_calibration.degeneracy import CalibrationError, DegenerateData
 from twinloop_calibration.intrinsics import calibrate_intrinsics, from_camera_info
-from twinloop_calibration.live import JointBuffer, move_targets
+from twinloop_calibration.live import JointBuffer, TargetStream, move_targets, stream_targets
 from twinloop_calibration.pose_planner import PlannerLimits, PosePlanner
 from twinloop_calibration.targets import TargetDetector, TargetNotFound, load_targets
 from twinloop_sim.messages import image_to_numpy, tf_msg
@@ -36,6 +41,7 @@ from twinloop_twin.workcell import default_config_dir, load_workcell
 
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # as the monitor's input
 
 
 class CalibrationServer(Node):
@@ -49,7 +55,10 @@ class CalibrationServer(Node):
             "envelope_config": ("", "envelope monitor parameters bounding the planned poses; empty: config/envelope.yaml"),
             "calibration_root": ("calibration", "folder of calibration files; <root>/<workcell_name>/<camera>.yaml"),
             "workcell_name": ("emulated", "workcell name: subfolder of calibration_root"),
-            "command_topic": ("/joint_command", "position command topic (the envelope monitor's input where it runs)"),
+            "command_topic": ("/twinloop/calibration/command", "position targets: an input of the envelope monitor"),
+            "command_period_s": (0.004, "s, period of the target stream; the monitor's command_period_s"),
+            "monitor_node": ("/envelope_monitor", "envelope monitor armed for a live run; empty: command_topic "
+                             "drives the robot directly (a cell without a monitor)"),
             "base_frame": ("world", "parent frame of eye-to-hand results and of the kinematics"),
             "gripper_frame": ("panda_hand", "parent frame of eye-in-hand results"),
             "child_frame_suffix": ("_calibrated", "published child frame = camera optical frame + suffix"),
@@ -89,7 +98,13 @@ class CalibrationServer(Node):
                                      lambda m, c=camera: self.images.__setitem__(c, m), 2, callback_group=group)
             self.create_subscription(CameraInfo, f"/{camera}/color/camera_info",
                                      lambda m, c=camera: self.infos.__setitem__(c, m), 2, callback_group=group)
-        self.command_pub = self.create_publisher(JointState, self.p["command_topic"], RELIABLE)
+        self.command_pub = self.create_publisher(JointState, self.p["command_topic"], COMMAND_QOS)
+        self.monitor_status: EnvelopeStatus | None = None
+        if self.p["monitor_node"]:
+            self.arm_client = self.create_client(SetArmed, f"{self.p['monitor_node']}/set_armed", callback_group=group)
+            self.create_subscription(EnvelopeStatus, "/twinloop/envelope/status",
+                                     lambda m: setattr(self, "monitor_status", m), LATCHED, callback_group=group)
+        self.stream: TargetStream | None = None
         self.tf_static_pub = self.create_publisher(TFMessage, "/tf_static", LATCHED)
         # Reentrant group + multi-threaded executor: joint states and images keep flowing
         # while a goal runs for a minute in its own thread.
@@ -165,6 +180,10 @@ class CalibrationServer(Node):
             raise TimeoutError("no /joint_states received in 30 s: is the workcell (or robot driver) running?")
         start = dict(zip(ARM_JOINTS, latest[1]))
         plan = planner.plan(count, start, seed=self.p["seed"])
+        with self._streaming(latest[1]):
+            return self._visit(goal_handle, plan, moving_camera, static_camera)
+
+    def _visit(self, goal_handle, plan, moving_camera, static_camera):
         views, static, detections = [], [], []
         for index, pose in enumerate(plan):
             if goal_handle.is_cancel_requested:
@@ -192,13 +211,65 @@ class CalibrationServer(Node):
                    for c in filter(None, (moving_camera, static_camera))}
         return views, cameras, static
 
+    @contextmanager
+    def _streaming(self, hold: np.ndarray):
+        """Arm the monitor and stream targets (holding `hold` until a move) for the block;
+        then disarm first (the monitor ignores what follows) and stop the stream."""
+        self.stream = TargetStream(hold)
+        stop = threading.Event()
+
+        def publish(q: np.ndarray) -> None:
+            msg = JointState(name=list(ARM_JOINTS), position=[float(v) for v in q])
+            msg.header.stamp = self.get_clock().now().to_msg()
+            self.command_pub.publish(msg)
+
+        streamer = threading.Thread(target=stream_targets, args=(self.stream, publish, self.p["command_period_s"], stop),
+                                    name="calibration_targets", daemon=True)
+        streamer.start()
+        try:
+            time.sleep(0.1)  # a few holds first: the monitor's first step is referenced to the measurement
+            self._set_armed(True)
+            yield
+        finally:
+            try:
+                self._set_armed(False)
+            finally:
+                stop.set()
+                streamer.join()
+                self.stream = None
+
+    def _set_armed(self, armed: bool) -> None:
+        if not self.p["monitor_node"]:
+            return
+        if not self.arm_client.wait_for_service(timeout_sec=5.0):
+            if armed:
+                raise _error("NOT_READY", f"no envelope monitor at {self.p['monitor_node']}: start it (live moves go "
+                             "through it) or set monitor_node to '' on a cell without one")
+            return
+        future = self.arm_client.call_async(SetArmed.Request(armed=armed))
+        deadline = time.monotonic() + 5.0
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        response = future.result() if future.done() else None
+        if armed and (response is None or response.error.code != ErrorCode.NONE):
+            why = response.error.message if response is not None else "no answer in 5 s"
+            raise _error("ENVELOPE_VIOLATION", f"the envelope monitor refused to arm: {why}")
+
+    def _check_monitor(self) -> None:
+        status = self.monitor_status
+        if self.p["monitor_node"] and status is not None and status.state == EnvelopeStatus.STATE_FAULT:
+            raise _error("ENVELOPE_VIOLATION", f"the envelope monitor stopped the arm: {status.reason} "
+                         "(reset it with ~/reset_fault after checking the cell, then calibrate again)")
+
     def _move(self, target: np.ndarray) -> bool:
-        start = self.joints.latest()[1]
-        for q in move_targets(start, target, self.p["max_joint_speed_rad_s"]):
-            self.command_pub.publish(JointState(name=list(ARM_JOINTS), position=[float(v) for v in q]))
+        self.stream.follow(move_targets(self.stream.last, target, self.p["max_joint_speed_rad_s"],
+                                        self.p["command_period_s"]))
+        while not self.stream.idle():
+            self._check_monitor()
             time.sleep(0.02)
         deadline = time.monotonic() + self.p["move_timeout_s"]
         while time.monotonic() < deadline:
+            self._check_monitor()
             since = time.time_ns() - int(self.p["settle_time_s"] * 1e9)
             if self.joints.settled(target, since_ns=since, position_tolerance=self.p["settle_position_tolerance_rad"],
                                    velocity_tolerance=self.p["settle_velocity_rad_s"]):

@@ -6,14 +6,16 @@ these functions return.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from twinloop_sim.motion import minimum_jerk
 
-COMMAND_PERIOD_S = 0.02  # 50 Hz position targets along a move
+COMMAND_PERIOD_S = 0.004  # the envelope monitor's command period: one message is one step
 
 
 def move_duration_s(start: np.ndarray, goal: np.ndarray, max_speed_rad_s: float) -> float:
@@ -21,10 +23,56 @@ def move_duration_s(start: np.ndarray, goal: np.ndarray, max_speed_rad_s: float)
     return max(0.5, 1.875 * float(np.max(np.abs(goal - start))) / max_speed_rad_s)
 
 
-def move_targets(start: np.ndarray, goal: np.ndarray, max_speed_rad_s: float) -> list[np.ndarray]:
+def move_targets(start: np.ndarray, goal: np.ndarray, max_speed_rad_s: float,
+                 period_s: float = COMMAND_PERIOD_S) -> list[np.ndarray]:
     duration = move_duration_s(start, goal, max_speed_rad_s)
-    steps = int(np.ceil(duration / COMMAND_PERIOD_S))
-    return [minimum_jerk(start, goal, duration, (k + 1) * COMMAND_PERIOD_S) for k in range(steps)]
+    steps = int(np.ceil(duration / period_s))
+    return [minimum_jerk(start, goal, duration, (k + 1) * period_s) for k in range(steps)]
+
+
+class TargetStream:
+    """What a fixed-rate command stream sends next: the queued path, then its last target
+    held. The envelope monitor takes one message as one step and faults on a silent
+    stream, so a calibration run streams without a break, holding while it takes images."""
+
+    def __init__(self, hold: np.ndarray) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[np.ndarray] = deque()
+        self._last = np.array(hold, dtype=float)
+
+    def follow(self, targets: list[np.ndarray]) -> None:
+        with self._lock:
+            self._queue.extend(np.array(t, dtype=float) for t in targets)
+
+    def next(self) -> np.ndarray:
+        with self._lock:
+            if self._queue:
+                self._last = self._queue.popleft()
+            return self._last.copy()
+
+    @property
+    def last(self) -> np.ndarray:
+        with self._lock:
+            return (self._queue[-1] if self._queue else self._last).copy()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._queue
+
+
+def stream_targets(stream: TargetStream, publish: Callable[[np.ndarray], None], period_s: float,
+                   stop: threading.Event) -> None:
+    """Publish stream.next() every period_s on a fixed schedule until `stop` is set (run in a thread)."""
+    begin = time.monotonic()
+    tick = 0
+    while not stop.is_set():
+        publish(stream.next())
+        tick += 1
+        delay = begin + tick * period_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        elif delay < -0.1:  # stalled: restart the schedule rather than burst the missed steps
+            begin, tick = time.monotonic(), 0
 
 
 @dataclass
