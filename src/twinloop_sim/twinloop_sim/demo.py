@@ -31,6 +31,7 @@ from twinloop_twin.nominal import ensure_nominal_twin
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
 
+DEMO_WATCHDOGS = {"joint_state_timeout_s": 0.25, "command_timeout_s": 0.25}
 COMMAND_RATE_HZ = 250.0  # the envelope monitor's nominal command period (config/envelope.yaml)
 
 
@@ -61,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     processes = [
         NodeProcess("twinloop_sim.emulated_workcell_node", domain, {"truth_file": args.truth_file},
                     log_path=log_dir / "emulated_workcell.log"),
-        NodeProcess("twinloop_safety.envelope_monitor_node", domain, log_path=log_dir / "envelope_monitor.log",
-                    extra_args=["--params-file", str(config / "envelope.yaml")]),
+        # The emulated workcell renders two cameras on the same CPU cores; at the recorder's
+        # start its joint states were seen to pause 102 ms on an idle 2-core host, past the
+        # 0.1 s watchdogs of config/envelope.yaml (set for a robot driver): 0.25 s here.
+        NodeProcess("twinloop_safety.envelope_monitor_node", domain, DEMO_WATCHDOGS,
+                    log_path=log_dir / "envelope_monitor.log", extra_args=["--params-file", str(config / "envelope.yaml")]),
         NodeProcess("twinloop_logging.recorder_node", domain, {"output_dir": str(Path(args.bags).resolve())},
                     log_path=log_dir / "recorder.log", extra_args=["--params-file", str(config / "recorder.yaml")]),
     ]
@@ -90,12 +94,14 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosProbe) ->
     try:
         probe.wait_for(lambda: len(states) > 100 and all(images.values()) and envelope
                        and command_pub.get_subscription_count() > 0, 60.0, "joint states, images, envelope monitor")
-        armed = probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=True))
         recording = probe.call(StartRecording, "/recorder/start", StartRecording.Request(
             profile="identification", session=SessionId(purpose=SessionId.PURPOSE_DEMONSTRATION,
                                                         split=SessionId.SPLIT_HELD_OUT),
             operator_note="make demo: scripted tour through the envelope monitor",
             twin_version=f"{twin.workcell}/v{twin.version}"))
+        time.sleep(0.5)  # the recorder subscribes as it discovers the topics
+        # Armed last, right before the first command: the command watchdog starts with it.
+        armed = probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=True))
     except TimeoutError as error:
         say(f"ERROR: the workcell stack did not come up ({error}); logs: "
             f"{', '.join(str(p.log_path) for p in processes)}")
@@ -104,7 +110,6 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosProbe) ->
         say(f"ERROR: {armed.error.message or recording.error.message}")
         return None
     say(f"stack up after {time.monotonic() - started:.1f} s; envelope armed; recording {recording.bag_path}")
-    time.sleep(0.5)  # the recorder subscribes as it discovers the topics
 
     motion = demo_motion(workcell.home_joint_positions, ARM_JOINTS, args.segment_s)
     say(f"driving the arm: {len(motion.waypoints) - 1} minimum-jerk segments, {motion.duration_s:.0f} s, "
@@ -112,15 +117,21 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosProbe) ->
     window_start = len(states)
     image_start = {camera: len(stamps) for camera, stamps in images.items()}
     commands = _stream(motion, command_pub, probe, args.segment_s)
+    # Disarmed as soon as the stream ends, as a policy runner does: a silent stream would
+    # trip the command watchdog. The motion ends at rest on its last target.
+    probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=False))
     time.sleep(1.0)
     stopped = probe.call(StopRecording, "/recorder/stop", StopRecording.Request())
-    probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=False))
     _report(states[window_start:], {c: s[image_start[c]:] for c, s in images.items()}, commands, workcell)
     status = envelope[-1][1]
     print(f"  envelope monitor: {status.commands_forwarded} commands forwarded, {status.commands_rejected} rejected, "
           f"fault {status.fault} {status.reason}")
     drops = sum(t.dropped_estimate for t in stopped.status.topics)
     print(f"  recorded: {stopped.bag_path} ({len(stopped.status.topics)} topics, {drops} messages dropped)")
+    if status.fault:
+        say(f"ERROR: the envelope monitor stopped the arm ({status.reason}); {status.commands_forwarded} of "
+            f"{len(commands)} commands reached the robot. The run is recorded; see {processes[1].log_path}")
+        return None
     return Path(stopped.bag_path)
 
 
