@@ -94,7 +94,6 @@ class IdentificationSettings:
     effort_std_nm: float = 0.1  # weight of joint effort residuals (≈ torque sensor noise)
     box_position_std_m: float = 1e-3  # weight of box position residuals (≈ perception noise)
     push_effort_std_nm: float = 1.0  # weight of efforts while pushing (contact makes them spiky)
-    push_fd_step: float = 1e-5  # finite-difference step of the push stage
     max_iterations: int = 12
     confidence: float = 0.95  # level of the reported confidence intervals
     min_motion_rad: float = 0.05  # a joint whose travel is below this is "never moved"
@@ -678,8 +677,7 @@ def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[Reco
         fixed = {n: v for n, v in values.items() if n not in BOX_PARAMETERS}
         fixed[DELAY] = round(fixed[DELAY] / base.opt.timestep) * base.opt.timestep  # as the twin's scene will act
         fixed.update({n: prior[n] for n in BOX_PARAMETERS if not chosen(n)})
-        stage = Stage("box", spec, base, box_variables, fixed, segments,
-                      dataclasses.replace(settings, fd_step=settings.push_fd_step))
+        stage = Stage("box", spec, base, box_variables, fixed, segments, settings)
         result = _run_contact_stage(stage, np.zeros(len(box_variables)), settings, progress, cancelled)
         _collect(stage, result, prior, settings, estimates, correlations, guidance, travel)
         derived.update(_sliding_force(stage, result, settings, estimates, guidance))
