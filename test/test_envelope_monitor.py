@@ -255,9 +255,18 @@ def test_well_behaved_commands_pass_unchanged(cell):
     # The monitor's own counts: all forwarded, none refused.
     assert status.commands_forwarded - armed.commands_forwarded == len(ramp.sent)
     assert status.commands_rejected == armed.commands_rejected
-    sent = {round(t, 6): c for t, c in ramp.sent}
-    out = {round(stamp_s(m.header.stamp), 6): dict(zip(m.name, m.position)) for _, m in cell.hardware_commands
-           if m.header.frame_id == "" and round(stamp_s(m.header.stamp), 6) in sent}
+    # Matched by stamp: a stamp comes back as sec/nanosec, so a float key rounded to the
+    # microsecond can fall on either side of a rounding boundary; stamps are 4 ms apart,
+    # so the nearest sent stamp within 10 us is the one.
+    sent_t = np.array([t for t, _ in ramp.sent])
+    out = {}
+    for _, m in cell.hardware_commands:
+        if m.header.frame_id != "":
+            continue
+        i = int(np.argmin(np.abs(sent_t - stamp_s(m.header.stamp))))
+        if abs(sent_t[i] - stamp_s(m.header.stamp)) < 1e-5:
+            out[i] = dict(zip(m.name, m.position))
+    sent = {i: c for i, (_, c) in enumerate(ramp.sent)}
     # The probe itself may miss a few of them on a loaded host; what it saw is unchanged.
     assert len(out) > 0.9 * len(sent), f"{len(sent) - len(out)} of {len(sent)} commands seen coming out"
     assert all(out[t] == sent[t] for t in out), "a command was changed on its way"
