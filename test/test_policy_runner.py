@@ -94,7 +94,11 @@ def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
         session = bag.session
         assert (session.purpose, session.split, session.trial_index) == ("trial", "held_out", index)
         assert session.policy_version == "scripted_reach@1" and session.twin_version == "emulated/v0"
-        assert "/joint_command" in bag.topic_stats and "/twinloop/policy/command" in bag.topic_stats
+        stats = bag.topic_stats
+        assert {"/joint_states", "/joint_command", "/twinloop/policy/command"} <= set(stats), sorted(stats)
+        # The whole trial is in the bag: >= 0.8 s of joint states at 500 Hz, every command.
+        assert stats["/joint_states"]["received"] > 400, stats["/joint_states"]
+        assert stats["/joint_command"]["received"] > 200 and stats["/twinloop/policy/command"]["received"] > 200
 
     # Everything the policy sent came out of the monitor unchanged (same stamps, same targets).
     out = {stamp_s(m.header.stamp): list(m.position) for _, m in cell.hardware_commands
@@ -105,6 +109,37 @@ def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
     assert cell.latest_status().state == EnvelopeStatus.STATE_DISARMED
     final = cell.measured()
     assert abs(final["panda_joint1"] - goal[0]) < 0.01 and abs(final["panda_joint2"] - goal[1]) < 0.01
+    runner.stop()
+    recorder.stop()
+
+
+def test_trial_is_not_run_while_the_recorder_lacks_a_required_topic(cell, home, tmp_path):
+    cell.reset_fault()
+    cell.set_armed(False)
+    recorder = NodeProcess("twinloop_logging.recorder_node", cell.domain_id, {"output_dir": str(tmp_path / "bags")},
+                           log_path=cell.logs / "recorder-missing.log")
+    runner = NodeProcess(RUNNER, cell.domain_id, {"record_required_topics": ["/joint_states", "/no_such_topic"],
+                                                  "record_ready_timeout_s": 1.0, "settle_s": 0.1},
+                         log_path=cell.logs / "runner-missing.log")
+    cell.extra += [recorder, runner]
+    policy = write_scripted_policy(tmp_path / "reach", [home[0] + 0.15] + home[1:], timeout_s=10.0, max_age_s=0.05)
+    policy_commands = cell.probe.collect(JointState, "/twinloop/policy/command", RELIABLE)
+    client = ActionClient(cell.probe.node, RunTrials, "/policy_runner/run_trials")
+    assert client.wait_for_server(timeout_sec=60.0), runner.log()
+    sent = client.send_goal_async(RunTrials.Goal(policy_path=str(policy.folder), num_trials=1, split="held_out",
+                                                 record=True))
+    cell.probe.wait_for(sent.done, 10.0, "goal acceptance")
+    result_future = sent.result().get_result_async()
+    cell.probe.wait_for(result_future.done, 30.0, "the refusal")
+    error = result_future.result().result.error
+    assert error.code == ErrorCode.NOT_READY, error.message
+    assert "['/no_such_topic']" in error.message and "not run" in error.message
+    assert policy_commands == [], "the policy ran although its trial could not be recorded"
+    # The bag that was started is closed, not lost, and says what it never saw.
+    from twinloop_logging.bag_reader import Bag
+    bag_path = error.message.rsplit("bag kept: ", 1)[1].rstrip(")")
+    assert "/joint_states" in Bag(bag_path).topic_stats
+    assert abs(cell.measured()["panda_joint1"] - home[0]) < 0.01
     runner.stop()
     recorder.stop()
 

@@ -99,6 +99,7 @@ class Recorder(Node):
             return response
         self.profile = profile
         self.discover()
+        self.publish_status()  # at once: a client waits for the topics it needs (policy runner)
         self.get_logger().info(f"recording profile '{profile.name}' into {path}")
         response.error = ErrorCode(code=ErrorCode.NONE, message="")
         response.bag_path, response.session_id = str(path), session.session_id
@@ -129,6 +130,7 @@ class Recorder(Node):
     def discover(self) -> None:
         if self.recording is None:
             return
+        added = False
         for topic, types in self.get_topic_names_and_types():
             if topic in self.subs or topic in self.recording.skipped or not self.profile.matches(topic):
                 continue
@@ -147,6 +149,9 @@ class Recorder(Node):
             qos = [p.qos_profile for p in publishers]
             self.recording.add_topic(topic, definition, [_rosbags_qos(q) for q in qos])
             self.subscribe(topic, msg_class, qos)
+            added = True
+        if added:  # say so now, not at the next status period: clients wait for their topics
+            self.publish_status()
 
     def subscribe(self, topic: str, msg_class, offered) -> None:
         every = lambda attr, value: all(getattr(q, attr) == value for q in offered)  # noqa: E731

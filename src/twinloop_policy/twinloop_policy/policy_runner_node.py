@@ -17,7 +17,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.action import RunTrials
-from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, SessionId, TrialOutcome
+from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId, TrialOutcome
 from twinloop_interfaces.srv import ConfirmReset, ResetFault, ResetWorkcell, SetArmed, StartRecording, StopRecording
 
 from twinloop_policy.policy_spec import PolicyMismatch, PolicySpecError, check_against_robot, load_policy_spec
@@ -54,6 +54,9 @@ class PolicyRunnerNode(Node):
             "settle_s": (0.5, "s, wait after a scene reset before the trial starts"),
             "recorder_node": ("/recorder", "recorder whose start/stop services record the trials"),
             "record_profile": ("trial", "recording profile of each trial"),
+            "record_required_topics": (["/joint_states", "/joint_command"],
+                                       "topics the recorder must be recording before a trial starts"),
+            "record_ready_timeout_s": (5.0, "s, wait for the recorder to find required topics' publishers"),
             "bag_dir": ("", "parent folder of the trial bags; empty: the recorder's default"),
             "twin_version": ("", "twin in use, recorded with each trial (e.g. emulated/v0)"),
         })
@@ -66,6 +69,9 @@ class PolicyRunnerNode(Node):
         self.command_pub = self.create_publisher(JointState, self.p["command_topic"], RELIABLE)
         self.create_subscription(JointState, self.p["joint_states_topic"], self.on_joint_state, RELIABLE)
         self.create_subscription(EnvelopeStatus, "/twinloop/envelope/status", self.on_envelope, LATCHED)
+        self.recorder_status = RecordingStatus()
+        self.create_subscription(RecordingStatus, f"{self.p['recorder_node']}/status",
+                                 lambda msg: setattr(self, "recorder_status", msg), LATCHED)
         monitor, recorder = self.p["monitor_node"], self.p["recorder_node"]
         self.arm_client = self.create_client(SetArmed, f"{monitor}/set_armed")
         self.fault_client = self.create_client(ResetFault, f"{monitor}/reset_fault")
@@ -271,7 +277,23 @@ class PolicyRunnerNode(Node):
         response = await self._call(self.start_client, request, "starting the recording")
         if response.error.code != ErrorCode.NONE:
             raise TrialFailed(response.error.code, f"recorder refused trial {index}: {response.error.message}")
-        return response.bag_path
+        # A trial bag without the robot's topics cannot be judged. The recorder subscribes
+        # to a topic once it has discovered a publisher of it, which can take a moment after
+        # it starts; the trial waits for that instead of running unrecorded.
+        required = set(self.p["record_required_topics"])
+        deadline = time.monotonic() + self.p["record_ready_timeout_s"]
+        while True:
+            status = self.recorder_status
+            missing = required - ({t.topic for t in status.topics} if status.bag_path == response.bag_path else set())
+            if not missing:
+                return response.bag_path
+            if time.monotonic() > deadline:
+                await self._call(self.stop_client, StopRecording.Request(), "stopping the recording")
+                raise TrialFailed(ErrorCode.NOT_READY, (
+                    f"trial {index}: the recorder found no publisher of {sorted(missing)} within "
+                    f"{self.p['record_ready_timeout_s']:.1f} s, so the trial was not run; check that the robot "
+                    f"driver and the envelope monitor are up on this ROS_DOMAIN_ID (bag kept: {response.bag_path})"))
+            await self._sleep(0.05)
 
     def destroy_node(self) -> None:
         # Stop safely: command the measured position once (the robot stops where it is),
