@@ -17,13 +17,14 @@ import yaml
 
 from twinloop_builder import identification as ident
 from twinloop_builder.build import REPORT_FILE, build_identified_twin
-from twinloop_builder.excitation import (ExcitationError, JointExcitationConfig, WorkspaceChecker, joint_excitation,
-                                         load_excitation_config, push_trajectory)
+from twinloop_builder.excitation import (DEFAULT_ACCELERATION_LIMITS, ExcitationError, JointExcitationConfig,
+                                         WorkspaceChecker, joint_excitation, load_excitation_config, motion_limits,
+                                         push_trajectory)
 from twinloop_builder.recording import MissingTopic, TooShort, WrongJointNames, WrongSplit, load_recording
 from twinloop_builder.synthetic import simulate_session, write_bag
 from twinloop_twin.bundle import load_twin_version
 from twinloop_twin.nominal import build_nominal_twin, load_scene, physics_parameters
-from twinloop_twin.physics import ARM_JOINTS, load_physics
+from twinloop_twin.physics import ARM_JOINTS, COMMANDED_JOINTS, load_physics
 from twinloop_twin.scene import build_workcell_spec, command_delay_of
 from twinloop_twin.workcell import default_config_dir, load_workcell
 
@@ -143,8 +144,10 @@ def test_box_mass_and_friction_from_pushes(workcell, nominal, spec):
     truth = load_physics(default_config_dir() / "emulated_truth.yaml")
     config = load_excitation_config(default_config_dir() / "excitation.yaml")
     checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
     pushes = [lambda box, p=p: push_trajectory(p, box, workcell.box.size_m[0] / 2, workcell.home_joint_positions,
-                                               checker) for p in config.pushes]
+                                               checker, max_speed=max_speed, max_acceleration=max_acceleration)
+              for p in config.pushes]
     fit = simulate_session(workcell, truth, pushes, seed=5)
     assert np.linalg.norm(fit.box_pose[-1, :2] - fit.box_pose[0, :2]) > 0.05  # the box was pushed
     truth_values = physics_parameters(truth, source="truth").means()
@@ -186,6 +189,36 @@ def test_excitation_is_safe_and_starts_and_ends_at_home(workcell, spec):
     checker = WorkspaceChecker(model, workcell.table_top_height_m)
     for row in trajectory.positions[::25]:
         assert not checker.violations(dict(zip(trajectory.joints, row)))
+    # Per command step, as the envelope monitor checks it: accelerations within the limits
+    # (config/envelope.yaml's, the excitation's defaults).
+    accel = np.abs(np.diff(trajectory.positions, 2, axis=0)) / (trajectory.t[1] - trajectory.t[0]) ** 2
+    limits = np.array([DEFAULT_ACCELERATION_LIMITS[j] for j in trajectory.joints])
+    assert np.all(accel <= limits + 1e-6), (accel.max(0) / limits).round(2)
+
+
+def test_pushes_keep_to_joint_speed_and_acceleration_limits(workcell, spec):
+    """The pushes of config/excitation.yaml pass the envelope monitor's per-step checks:
+    the IK tracks each step (no staircase) and segments too fast for the joints are slowed."""
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
+    checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
+    home = np.array([workcell.home_joint_positions[j] for j in COMMANDED_JOINTS])
+    for push in config.pushes:
+        path = push_trajectory(push, np.array(workcell.box.world_position_m), workcell.box.size_m[0] / 2,
+                               workcell.home_joint_positions, checker, max_speed=max_speed,
+                               max_acceleration=max_acceleration)
+        dt = path.t[1] - path.t[0]
+        speed = np.abs(np.diff(path.positions, axis=0)).max(0) / dt
+        accel = np.abs(np.diff(path.positions, 2, axis=0)).max(0) / dt**2
+        assert np.all(speed <= [max_speed[j] + 1e-9 for j in path.joints]), speed
+        assert np.all(accel <= [max_acceleration[j] + 1e-9 for j in path.joints]), accel
+        assert np.allclose(path.positions[0], home) and np.allclose(path.positions[-1], home)
+        assert path.slowed >= 1.0 and path.duration_s < 10.0
+    # 0.35 m/s through the box is beyond what joint 2 can do here: that push is slowed.
+    fast = push_trajectory(config.pushes[1], np.array(workcell.box.world_position_m), workcell.box.size_m[0] / 2,
+                           workcell.home_joint_positions, checker, max_speed=max_speed,
+                           max_acceleration=max_acceleration)
+    assert fast.slowed > 1.5
 
 
 def test_unsafe_excitation_is_refused(workcell, spec):

@@ -1,11 +1,12 @@
 """twinloop-build: record identification sessions and build identified twin versions.
 
-    twinloop-build excite --kind joints --split fit [--duration 30]     # needs the workcell + recorder
+    twinloop-build excite --kind joints --split fit [--duration 30]     # needs workcell, monitor, recorder
     twinloop-build excite --kind pushes --split fit
     twinloop-build build --fit BAG [BAG...] --held-out BAG [...] [--workcell emulated] [--root twins]
 
 `build` runs here, in this process (no ROS needed), with progress on stderr; the same
-build is offered by the `twin_builder` node's ~/build action. Exit status: 0 done, 2 bad
+build is offered by the `twin_builder` node's ~/build action. `excite` sends its targets to
+the envelope monitor (/twinloop/builder/command), arming it for each played trajectory. Exit status: 0 done, 2 bad
 input (the message says what to do), 3 the workcell or recorder could not be reached.
 """
 from __future__ import annotations
@@ -32,6 +33,12 @@ def main(argv=None) -> int:
     excite.add_argument("--config", default=str(default_config_dir() / EXCITATION_FILE))
     excite.add_argument("--output-dir", default="", help="bag parent folder (default: the recorder's)")
     excite.add_argument("--twin", default="", help="twin version in use, stored with the session")
+    excite.add_argument("--lead-in", type=float, default=1.0, help="s recorded at rest before the motion")
+    excite.add_argument("--command-topic", default="/twinloop/builder/command",
+                        help="where targets go: an input of the envelope monitor (config/envelope.yaml)")
+    excite.add_argument("--monitor", default="/envelope_monitor",
+                        help="envelope monitor armed for each played trajectory; '' only on a bench without one, "
+                             "with --command-topic /joint_command")
     build = sub.add_parser("build", help="identify the physics and write the next twin version")
     build.add_argument("--fit", nargs="+", required=True, help="fit-split identification bags")
     build.add_argument("--held-out", nargs="*", default=[], help="held-out bags (scored, never fitted)")
@@ -87,8 +94,8 @@ def _excite(args) -> int:
     import threading
 
     from twinloop_builder.excitation import (ExcitationError, WorkspaceChecker, joint_excitation,
-                                             load_excitation_config, push_trajectory)
-    from twinloop_builder.player import ExcitationPlayer, PlayerError, RecorderClient
+                                             load_excitation_config, motion_limits, push_trajectory)
+    from twinloop_builder.player import ExcitationPlayer, MonitorClient, PlayerError, RecorderClient
     from twinloop_twin.physics import load_physics
     from twinloop_twin.scene import compile_workcell
     from twinloop_twin.workcell import load_workcell
@@ -121,20 +128,42 @@ def _excite(args) -> int:
     spinner.start()
     code = 0
     try:
-        player, recorder = ExcitationPlayer(node), RecorderClient(node)
+        player, recorder = ExcitationPlayer(node, command_topic=args.command_topic), RecorderClient(node)
+        monitor = MonitorClient(node, args.monitor) if args.monitor else None
+
+        def play(trajectory, what: str) -> None:
+            # Armed right before the first target and disarmed as the stream ends: the
+            # monitor's command watchdog faults on an armed stream that stops.
+            if monitor:
+                monitor.check(f"before {what}")
+                monitor.set_armed(True)
+            try:
+                player.play(trajectory, stop=monitor.faulted if monitor else lambda: False)
+            finally:
+                if monitor:
+                    monitor.set_armed(False)
+            if monitor:
+                monitor.check(what)
+            print(f"played {what} ({trajectory.t[-1]:.1f} s)", file=sys.stderr)
+
         bag = recorder.start(split=args.split, output_dir=args.output_dir, twin_version=args.twin,
                              note=f"twinloop-build excite --kind {args.kind}")
         print(f"recording {bag}", file=sys.stderr)
         try:
-            time.sleep(1.0)  # the recorder discovers the topics
+            time.sleep(args.lead_in)  # at rest: the identification starts from a still robot
             if trajectory is not None:
-                player.play(trajectory)
+                play(trajectory, "the joint excitation")
             else:
                 checker = WorkspaceChecker(model, workcell.table_top_height_m)
-                for push in config.pushes:
-                    player.play(push_trajectory(push, player.wait_for_box(), workcell.box.size_m[0] / 2,
-                                                workcell.home_joint_positions, checker,
-                                                command_rate_hz=joints.command_rate_hz))
+                max_speed, max_acceleration = motion_limits(joints, workcell.urdf_xml)
+                for index, push in enumerate(config.pushes):
+                    path = push_trajectory(push, player.wait_for_box(), workcell.box.size_m[0] / 2,
+                                           workcell.home_joint_positions, checker, max_speed=max_speed,
+                                           max_acceleration=max_acceleration, command_rate_hz=joints.command_rate_hz)
+                    if path.slowed > 1.0:
+                        print(f"push {index}: {push.speed_m_s / path.slowed:.2f} m/s instead of {push.speed_m_s} "
+                              "(joint speed/acceleration limits)", file=sys.stderr)
+                    play(path, f"push {index}")
             time.sleep(0.5)
         finally:
             recorder.stop()

@@ -28,6 +28,9 @@ from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
 TCP_BODY = "panda_hand_tcp"
 GRIPPER_JOINT = "panda_finger_joint1"
 ROBOT_ROOT = "panda_link0"
+DEFAULT_ACCELERATION_LIMITS = {"panda_joint1": 7.5, "panda_joint2": 3.75, "panda_joint3": 5.0, "panda_joint4": 6.25,
+                               "panda_joint5": 7.5, "panda_joint6": 10.0, "panda_joint7": 10.0,
+                               "panda_finger_joint1": 1.0}
 
 
 class ExcitationError(ValueError):
@@ -42,6 +45,9 @@ class JointExcitationConfig:
     components: int = 5  # sines per joint
     amplitude: Mapping[str, float] = field(default_factory=dict)  # peak deviation from home, rad (m)
     velocity_fraction: float = 0.5  # of the URDF velocity limit
+    # rad/s^2 (m/s^2 finger): per-step accelerations of every trajectory stay below these.
+    # Defaults: the envelope monitor's (half of Franka's published limits), which rejects more.
+    acceleration_limits: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_ACCELERATION_LIMITS))
     position_margin_rad: float = 0.15  # rad, kept from each joint limit
     min_tcp_height_m: float = 0.15  # m above the table top, anywhere on the path
     command_rate_hz: float = 250.0  # Hz, rate the commands are published at
@@ -69,6 +75,7 @@ class JointTrajectory:
     t: np.ndarray  # (N,) s from the start
     joints: tuple[str, ...]  # COMMANDED_JOINTS
     positions: np.ndarray  # (N, len(joints))
+    slowed: float = 1.0  # > 1: a push ran this many times slower than configured (joint limits)
 
     @property
     def duration_s(self) -> float:
@@ -97,9 +104,13 @@ def load_excitation_config(path: Path | str) -> ExcitationConfig:
     if "band_hz" in joints:
         joints["band_hz"] = tuple(float(v) for v in joints["band_hz"])
     amplitude = joints.get("amplitude", {})
-    bad = [j for j in amplitude if j not in COMMANDED_JOINTS]
-    if bad:
-        raise ExcitationError(f"{path}: amplitude names {bad}, which are not commanded joints {list(COMMANDED_JOINTS)}")
+    for key in ("amplitude", "acceleration_limits"):
+        bad = [j for j in joints.get(key, {}) if j not in COMMANDED_JOINTS]
+        if bad:
+            raise ExcitationError(f"{path}: {key} names {bad}, which are not commanded joints "
+                                  f"{list(COMMANDED_JOINTS)}")
+    if "acceleration_limits" in joints:  # a partial list keeps the defaults of the others
+        joints["acceleration_limits"] = {**DEFAULT_ACCELERATION_LIMITS, **joints["acceleration_limits"]}
     pushes = []
     for i, push in enumerate(raw["pushes"] or []):
         try:
@@ -120,6 +131,8 @@ def _validate(config: ExcitationConfig, source) -> None:
         raise ExcitationError(f"{source}: band_hz must be [low, high] with 0 < low < high, got {j.band_hz}")
     if not 0 < j.velocity_fraction <= 1:
         raise ExcitationError(f"{source}: velocity_fraction must be in (0, 1], got {j.velocity_fraction}")
+    if any(not v > 0 for v in j.acceleration_limits.values()):
+        raise ExcitationError(f"{source}: acceleration_limits must be > 0, got {dict(j.acceleration_limits)}")
     for push in config.pushes:
         if push.distance_m <= 0 or push.speed_m_s <= 0:
             raise ExcitationError(f"{source}: pushes need distance_m > 0 and speed_m_s > 0, got {push}")
@@ -226,6 +239,9 @@ def joint_excitation(config: JointExcitationConfig, home: Mapping[str, float], m
         peak_speed = np.max(np.abs(np.gradient(shapes[:, c], dt)))
         if joint in vmax and peak_speed > 0:
             amplitude[c] = min(amplitude[c], config.velocity_fraction * vmax[joint] / peak_speed)
+        peak_acceleration = np.max(np.abs(np.diff(shapes[:, c], 2))) / dt**2  # as the envelope monitor sees it
+        if joint in config.acceleration_limits and peak_acceleration > 0:
+            amplitude[c] = min(amplitude[c], config.acceleration_limits[joint] / peak_acceleration)
     center = np.array([home[j] for j in COMMANDED_JOINTS])
     checker = WorkspaceChecker(model, table_height_m)
     for _ in range(12):
@@ -253,9 +269,11 @@ def _first_violation(checker: WorkspaceChecker, positions: np.ndarray, min_heigh
 # ----------------------------------------------------------------------------- pushes
 
 def solve_ik(checker: WorkspaceChecker, start: Mapping[str, float], position: np.ndarray, rotation: np.ndarray,
-             *, iterations: int = 100, tolerance_m: float = 2e-4) -> dict[str, float]:
+             *, iterations: int = 100, tolerance_m: float = 1e-6) -> dict[str, float]:
     """Arm joint positions that put the tool centre point at `position` with `rotation`
-    (damped least squares on the MuJoCo model; the fingers keep their value)."""
+    (damped least squares on the MuJoCo model; the fingers keep their value). The tolerance
+    is far below one command step's motion: a looser one leaves the joints still for a few
+    steps and then jumps (a staircase whose accelerations the envelope monitor rejects)."""
     model, data = checker.model, checker.data
     q = dict(start)
     dofs = model.jnt_dofadr[[model.joint(j).id for j in ARM_JOINTS]]
@@ -265,7 +283,7 @@ def solve_ik(checker: WorkspaceChecker, start: Mapping[str, float], position: np
         current, current_rot = checker.tcp_pose()
         error_p = position - current
         error_r = 0.5 * sum(np.cross(current_rot[:, i], rotation[:, i]) for i in range(3))
-        if np.linalg.norm(error_p) < tolerance_m and np.linalg.norm(error_r) < 1e-3:
+        if np.linalg.norm(error_p) < tolerance_m and np.linalg.norm(error_r) < 1e-5:
             return q
         mujoco.mj_jacBody(model, data, jacp, jacr, model.body(TCP_BODY).id)
         jac = np.vstack([jacp[:, dofs], jacr[:, dofs]])
@@ -283,13 +301,26 @@ def _min_jerk(a: np.ndarray, b: np.ndarray, steps: int) -> np.ndarray:
     return a[None, :] + (b - a)[None, :] * blend[:, None]
 
 
+def motion_limits(config: JointExcitationConfig, urdf_xml: str) -> tuple[dict[str, float], dict[str, float]]:
+    """(speed, acceleration) limits of the commanded joints that trajectories keep to:
+    velocity_fraction of the URDF velocity limits, and the configured acceleration limits."""
+    vmax = velocity_limits(urdf_xml)
+    speed = {j: config.velocity_fraction * vmax[j] for j in COMMANDED_JOINTS if j in vmax}
+    return speed, {j: config.acceleration_limits[j] for j in COMMANDED_JOINTS if j in config.acceleration_limits}
+
+
 def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: float, home: Mapping[str, float],
-                    checker: WorkspaceChecker, *, command_rate_hz: float = 250.0, approach_height_m: float = 0.08,
-                    clearance_m: float = 0.03) -> JointTrajectory:
+                    checker: WorkspaceChecker, *, max_speed: Mapping[str, float],
+                    max_acceleration: Mapping[str, float], command_rate_hz: float = 250.0,
+                    approach_height_m: float = 0.08, clearance_m: float = 0.03) -> JointTrajectory:
     """Home -> above the pre-push point -> down -> push through the box -> up -> home.
 
     The fingers close on the way to the box (a closed hand pushes with both pads) and open
-    on the way back. Straight Cartesian segments, IK at every command, warm-started.
+    on the way back. Straight Cartesian segments (minimum-jerk in time), IK at every
+    command, warm-started. A segment whose joint motion would exceed `max_speed` or
+    `max_acceleration` (per command step, as the envelope monitor checks them) is slowed
+    down until it does not; the push itself then runs slower than `speed_m_s`, and the
+    returned trajectory's `slowed` says by how much.
     """
     direction = np.array([math.cos(math.radians(push.direction_deg)), math.sin(math.radians(push.direction_deg)), 0.0])
     lateral = np.array([-direction[1], direction[0], 0.0])
@@ -303,21 +334,61 @@ def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: floa
     _, rotation = checker.tcp_pose()
     dt = 1.0 / command_rate_hz
     gripper = COMMANDED_JOINTS.index(GRIPPER_JOINT)
+    speed = np.array([max_speed.get(j, np.inf) for j in COMMANDED_JOINTS])
+    accel = np.array([max_acceleration.get(j, np.inf) for j in COMMANDED_JOINTS])
     segments = [(start + lift, 1.0), (start, 0.6), (end, (clearance_m + push.distance_m) / push.speed_m_s),
                 (end, 0.5), (end + lift, 0.5)]
     q = dict(closed)
-    rows = []
-    for target, duration in segments:
+    parts = []
+    slowed = 1.0
+    for index, (target, duration) in enumerate(segments):
         checker.set(q)
         begin = checker.tcp_pose()[0]
-        for s in np.linspace(0.0, 1.0, max(2, int(round(duration / dt))))[1:]:
-            blend = 10 * s**3 - 15 * s**4 + 6 * s**5
-            q = solve_ik(checker, q, begin + (target - begin) * blend, rotation)
-            rows.append(np.array([q[j] for j in COMMANDED_JOINTS]))
-    out = np.array(rows)
-    closing = min(len(out), int(round(0.5 / dt)))
+        for _ in range(8):
+            rows, q_end = _cartesian_segment(checker, q, begin, target, rotation, duration, dt)
+            stretch = _stretch_needed(np.vstack([parts[-1][-1:] if parts else [rows[0]], rows]), dt, speed, accel,
+                                      skip=gripper)
+            if stretch <= 1.0:
+                break
+            duration *= stretch * 1.05
+            if index == 2:
+                slowed = max(slowed, duration * push.speed_m_s / (clearance_m + push.distance_m))
+        else:
+            raise ExcitationError(f"push {push}: segment {index} stays beyond the joint speed/acceleration limits "
+                                  "even slowed down 8 times; move the box or change the push")
+        parts.append(rows)
+        q = q_end
+    out = np.vstack(parts)
+    # Minimum-jerk closing: peak speed 1.875 d/T, peak acceleration 5.77 d/T^2.
+    travel = abs(home[GRIPPER_JOINT])
+    closing_s = max(0.5, 1.875 * travel / speed[gripper] * 1.05, math.sqrt(5.77 * travel / accel[gripper]) * 1.05)
+    closing = min(len(out), int(round(closing_s / dt)))
     out[:closing, gripper] = _min_jerk(np.array([home[GRIPPER_JOINT]]), np.array([0.0]), closing)[:, 0]
     out[closing:, gripper] = 0.0
-    back = _min_jerk(out[-1], np.array([home[j] for j in COMMANDED_JOINTS]), int(round(1.2 / dt)))
-    positions = np.vstack([out, back[1:]])
-    return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions)
+    goal = np.array([home[j] for j in COMMANDED_JOINTS])
+    steps = int(round(1.2 / dt))
+    while _stretch_needed(_min_jerk(out[-1], goal, steps), dt, speed, accel) > 1.0:
+        steps = int(steps * 1.2)
+    positions = np.vstack([out, _min_jerk(out[-1], goal, steps)[1:]])
+    return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions, slowed)
+
+
+def _cartesian_segment(checker: WorkspaceChecker, q: dict, begin: np.ndarray, target: np.ndarray,
+                       rotation: np.ndarray, duration: float, dt: float) -> tuple[np.ndarray, dict]:
+    rows = []
+    for s in np.linspace(0.0, 1.0, max(2, int(round(duration / dt))))[1:]:
+        blend = 10 * s**3 - 15 * s**4 + 6 * s**5
+        q = solve_ik(checker, q, begin + (target - begin) * blend, rotation)
+        rows.append(np.array([q[j] for j in COMMANDED_JOINTS]))
+    return np.array(rows), q
+
+
+def _stretch_needed(rows: np.ndarray, dt: float, speed: np.ndarray, accel: np.ndarray, *, skip: int = -1) -> float:
+    """Time factor that brings per-step speed and acceleration of `rows` within the limits
+    (speed scales with 1/k, acceleration with 1/k^2); <= 1 when they already are."""
+    if len(rows) < 3:
+        return 0.0
+    v = np.abs(np.diff(rows, axis=0)) / dt
+    a = np.abs(np.diff(rows, 2, axis=0)) / dt**2
+    keep = np.arange(rows.shape[1]) != skip
+    return float(max(np.max(v.max(0)[keep] / speed[keep]), np.sqrt(np.max(a.max(0)[keep] / accel[keep]))))

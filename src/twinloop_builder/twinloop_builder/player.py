@@ -1,5 +1,6 @@
-"""Plays excitation trajectories on a workcell through /joint_command while the recorder
-records an identification session. Helpers that attach to a node (no node of its own).
+"""Plays excitation trajectories on a workcell through the envelope monitor while the
+recorder records an identification session. Helpers that attach to a node (no node of
+its own) that another thread spins.
 """
 from __future__ import annotations
 
@@ -9,15 +10,20 @@ from dataclasses import dataclass
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
-from twinloop_interfaces.msg import ErrorCode, SessionId
-from twinloop_interfaces.srv import StartRecording, StopRecording
+from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId
+from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
+from twinloop_logging.recording import not_yet_recorded
+from twinloop_sim.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX
 
 from twinloop_builder.excitation import JointTrajectory
 
 # Commands are RELIABLE: a lost target would be a step the identification never sees.
 COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
+# What an identification bag cannot do without, from its first message on.
+REQUIRED_TOPICS = ("/joint_states", "/joint_command")
 
 
 class PlayerError(RuntimeError):
@@ -32,9 +38,10 @@ class RecordedSession:
 
 
 class ExcitationPlayer:
-    """Publishes JointTrajectory rows on /joint_command at their times (wall clock)."""
+    """Publishes JointTrajectory rows on a command topic at their times (wall clock): the
+    envelope monitor's input on a workcell, /joint_command itself only on a bench without one."""
 
-    def __init__(self, node: Node, *, command_topic: str = "/joint_command",
+    def __init__(self, node: Node, *, command_topic: str = "/twinloop/builder/command",
                  box_topic: str = "/twinloop/emulated_workcell/box_pose") -> None:
         self.node = node
         self.publisher = node.create_publisher(JointState, command_topic, COMMAND_QOS)
@@ -46,10 +53,13 @@ class ExcitationPlayer:
         p = msg.pose.position
         self.box_xyz = np.array([p.x, p.y, p.z])
 
-    def play(self, trajectory: JointTrajectory) -> None:
+    def play(self, trajectory: JointTrajectory, stop=lambda: False) -> None:
+        """Publish the rows at their times; ends early once `stop()` is true (a monitor fault)."""
         start = time.monotonic()
         names = list(trajectory.joints)
         for t, row in zip(trajectory.t, trajectory.positions):
+            if stop():
+                return
             delay = start + t - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
@@ -66,6 +76,47 @@ class ExcitationPlayer:
         return self.box_xyz.copy()
 
 
+def _call(client, request, timeout_s: float, hint: str):
+    """A service call from a thread that does not spin the node (another thread does)."""
+    if not client.wait_for_service(timeout_sec=timeout_s):
+        raise PlayerError(f"service {client.srv_name} is not available: {hint}")
+    future = client.call_async(request)
+    deadline = time.monotonic() + timeout_s
+    while not future.done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if not future.done():
+        raise PlayerError(f"{client.srv_name} did not answer within {timeout_s} s")
+    response = future.result()
+    if response.error.code != ErrorCode.NONE:
+        raise PlayerError(f"{client.srv_name}: {response.error.message}")
+    return response
+
+
+class MonitorClient:
+    """Arms the envelope monitor for a played excitation and disarms it right after (its
+    command watchdog faults when an armed stream stops); reports a fault it latched."""
+
+    def __init__(self, node: Node, monitor: str = "/envelope_monitor") -> None:
+        self.arm_client = node.create_client(SetArmed, f"{monitor}/set_armed")
+        self.status = EnvelopeStatus()
+        node.create_subscription(EnvelopeStatus, "/twinloop/envelope/status",
+                                 lambda msg: setattr(self, "status", msg), LATCHED)
+
+    def set_armed(self, armed: bool, timeout_s: float = 5.0) -> None:
+        _call(self.arm_client, SetArmed.Request(armed=armed), timeout_s,
+              "start the envelope monitor (python -m twinloop_safety.envelope_monitor_node), the only writer "
+              "of /joint_command")
+
+    def faulted(self) -> bool:
+        return self.status.state == EnvelopeStatus.STATE_FAULT
+
+    def check(self, what: str) -> None:
+        if self.faulted():
+            raise PlayerError(f"the envelope monitor stopped {what}: fault {self.status.fault}, "
+                              f"{self.status.reason}; the robot holds. Lower the excitation (amplitudes, band) "
+                              "or widen config/envelope.yaml, then reset the fault (~/reset_fault)")
+
+
 class RecorderClient:
     """Starts and stops a session of the twinloop recorder (`/recorder/start`, `/recorder/stop`)."""
 
@@ -73,28 +124,34 @@ class RecorderClient:
         self.node = node
         self.start_client = node.create_client(StartRecording, f"{recorder}/start")
         self.stop_client = node.create_client(StopRecording, f"{recorder}/stop")
+        self.status = RecordingStatus()
+        node.create_subscription(RecordingStatus, f"{recorder}/status", lambda msg: setattr(self, "status", msg),
+                                 LATCHED)
 
     def _call(self, client, request, timeout_s: float):
-        if not client.wait_for_service(timeout_sec=timeout_s):
-            raise PlayerError(f"service {client.srv_name} is not available: start the recorder "
-                              "(python -m twinloop_logging.recorder_node)")
-        future = client.call_async(request)
-        deadline = time.monotonic() + timeout_s
-        while not future.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if not future.done():
-            raise PlayerError(f"{client.srv_name} did not answer within {timeout_s} s")
-        response = future.result()
-        if response.error.code != ErrorCode.NONE:
-            raise PlayerError(f"{client.srv_name}: {response.error.message}")
-        return response
+        return _call(client, request, timeout_s, "start the recorder (python -m twinloop_logging.recorder_node)")
 
     def start(self, *, split: str, output_dir: str = "", note: str = "", twin_version: str = "",
-              timeout_s: float = 10.0) -> str:
+              timeout_s: float = 10.0, required_topics=REQUIRED_TOPICS) -> str:
+        """Start a session and return once the recorder records `required_topics` and the
+        simulator's applied-command and box-pose topics this node sees (the recorder
+        subscribes as it discovers their publishers); else stop it and raise."""
         request = StartRecording.Request(profile="identification", output_dir=output_dir, operator_note=note,
                                          twin_version=twin_version)
         request.session = SessionId(purpose=SessionId.PURPOSE_IDENTIFICATION, split=split)
-        return self._call(self.start_client, request, timeout_s).bag_path
+        seen = [t for t, _ in self.node.get_topic_names_and_types() if t.startswith("/twinloop/")
+                and t.endswith((APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX))]
+        required_topics = [*required_topics, *seen]
+        bag_path = self._call(self.start_client, request, timeout_s).bag_path
+        deadline = time.monotonic() + timeout_s
+        while missing := not_yet_recorded(self.status, bag_path, required_topics):
+            if time.monotonic() > deadline:
+                self.stop()
+                raise PlayerError(f"the recorder found no publisher of {missing} within {timeout_s:.0f} s: start "
+                                  f"the robot driver and the envelope monitor on this ROS_DOMAIN_ID (bag kept: "
+                                  f"{bag_path})")
+            time.sleep(0.02)
+        return bag_path
 
     def stop(self, timeout_s: float = 20.0) -> str:
         return self._call(self.stop_client, StopRecording.Request(), timeout_s).bag_path

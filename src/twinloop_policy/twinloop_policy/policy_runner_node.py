@@ -20,6 +20,7 @@ from twinloop_interfaces.action import RunTrials
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId, TrialOutcome
 from twinloop_interfaces.srv import ConfirmReset, ResetFault, ResetWorkcell, SetArmed, StartRecording, StopRecording
 
+from twinloop_logging.recording import not_yet_recorded
 from twinloop_policy.policy_spec import PolicyMismatch, PolicySpecError, check_against_robot, load_policy_spec
 from twinloop_policy.runner import ObservationAssembler, PolicyLoop, StaleObservation, goal_reached, load_module
 from twinloop_sim.node_support import StartupError, declare, make_executor, run_node
@@ -280,17 +281,15 @@ class PolicyRunnerNode(Node):
         # A trial bag without the robot's topics cannot be judged. The recorder subscribes
         # to a topic once it has discovered a publisher of it, which can take a moment after
         # it starts; the trial waits for that instead of running unrecorded.
-        required = set(self.p["record_required_topics"])
         deadline = time.monotonic() + self.p["record_ready_timeout_s"]
         while True:
-            status = self.recorder_status
-            missing = required - ({t.topic for t in status.topics} if status.bag_path == response.bag_path else set())
+            missing = not_yet_recorded(self.recorder_status, response.bag_path, self.p["record_required_topics"])
             if not missing:
                 return response.bag_path
             if time.monotonic() > deadline:
                 await self._call(self.stop_client, StopRecording.Request(), "stopping the recording")
                 raise TrialFailed(ErrorCode.NOT_READY, (
-                    f"trial {index}: the recorder found no publisher of {sorted(missing)} within "
+                    f"trial {index}: the recorder found no publisher of {missing} within "
                     f"{self.p['record_ready_timeout_s']:.1f} s, so the trial was not run; check that the robot "
                     f"driver and the envelope monitor are up on this ROS_DOMAIN_ID (bag kept: {response.bag_path})"))
             await self._sleep(0.05)

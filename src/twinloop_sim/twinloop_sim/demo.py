@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 from sensor_msgs.msg import Image, JointState
-from twinloop_interfaces.msg import EnvelopeStatus, SessionId
+from twinloop_interfaces.msg import EnvelopeStatus, RecordingStatus, SessionId
 from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
 
 from twinloop_sim.motion import demo_motion, period_jitter_ms, rate_hz, tracking_report
@@ -88,6 +88,7 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosProbe) ->
     images = {camera: probe.collect(Image, f"/{camera}/color/image_raw", transform=lambda m: _stamp(m.header.stamp))
               for camera in workcell.cameras}
     envelope = probe.collect(EnvelopeStatus, "/twinloop/envelope/status", LATCHED)
+    recorder_status = probe.collect(RecordingStatus, "/recorder/status", LATCHED)
     # Principle 5: the demo commands like a policy; only the envelope monitor writes /joint_command.
     command_pub = probe.node.create_publisher(JointState, "/twinloop/policy/command", 100)
     started = time.monotonic()
@@ -99,7 +100,12 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosProbe) ->
                                                         split=SessionId.SPLIT_HELD_OUT),
             operator_note="make demo: scripted tour through the envelope monitor",
             twin_version=f"{twin.workcell}/v{twin.version}"))
-        time.sleep(0.5)  # the recorder subscribes as it discovers the topics
+        # The recorder subscribes as it discovers the topics: the tour starts once it records the robot's.
+        from twinloop_logging.recording import not_yet_recorded  # the demo runs the recorder: a runtime need
+        if not recording.error.code:
+            probe.wait_for(lambda: recorder_status and not not_yet_recorded(
+                recorder_status[-1][1], recording.bag_path, ("/joint_states", "/joint_command")), 10.0,
+                "the recorder recording /joint_states and /joint_command")
         # Armed last, right before the first command: the command watchdog starts with it.
         armed = probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=True))
     except TimeoutError as error:
