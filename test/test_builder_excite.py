@@ -47,8 +47,10 @@ def test_joint_excitation_goes_through_the_monitor(tmp_path):
         bag_path = done.stdout.strip().splitlines()[-1]
         cell.probe.wait_for(lambda: len(sent) >= 1001, 5.0, "the probe's copy of the targets")
 
-        # 4 s at 250 Hz, every target forwarded unchanged, the monitor disarmed after, no fault.
-        assert len(sent) == 1001, len(sent)
+        # 4 s at 250 Hz (after a short move from the measured pose when the robot rests a
+        # little off the start), every target forwarded unchanged, the monitor disarmed
+        # after, no fault.
+        assert 1001 <= len(sent) <= 1001 + 250, len(sent)
         out = {stamp_s(m.header.stamp): list(m.position) for _, m in cell.hardware_commands
                if m.header.frame_id == ""}
         out_stamps = np.array(sorted(out))

@@ -18,8 +18,8 @@ import yaml
 from twinloop_builder import identification as ident
 from twinloop_builder.build import REPORT_FILE, build_identified_twin
 from twinloop_builder.excitation import (DEFAULT_ACCELERATION_LIMITS, ExcitationError, JointExcitationConfig,
-                                         WorkspaceChecker, joint_excitation, load_excitation_config, motion_limits,
-                                         push_trajectory)
+                                         WorkspaceChecker, approach, joint_excitation, load_excitation_config,
+                                         motion_limits, push_trajectory)
 from twinloop_builder.recording import MissingTopic, TooShort, WrongJointNames, WrongSplit, load_recording
 from twinloop_builder.synthetic import simulate_session, write_bag
 from twinloop_twin.bundle import load_twin_version
@@ -194,6 +194,27 @@ def test_excitation_is_safe_and_starts_and_ends_at_home(workcell, spec):
     accel = np.abs(np.diff(trajectory.positions, 2, axis=0)) / (trajectory.t[1] - trajectory.t[0]) ** 2
     limits = np.array([DEFAULT_ACCELERATION_LIMITS[j] for j in trajectory.joints])
     assert np.all(accel <= limits + 1e-6), (accel.max(0) / limits).round(2)
+
+
+def test_approach_moves_from_the_measured_pose_within_limits(workcell, spec):
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
+    trajectory = excitation(workcell, spec, 6.0, 0)
+    home = dict(workcell.home_joint_positions)
+    # At rest within noise of the start: nothing to add.
+    assert approach({**home, "panda_joint1": home["panda_joint1"] + 1e-4}, trajectory, max_speed=max_speed,
+                    max_acceleration=max_acceleration) is None
+    # The gripper 0.4 mm short of its start (a 0.1 m/s step over 4 ms, the monitor's limit) and
+    # joint 1 off by 0.1 rad: a smooth move there, the trajectory's first row right after it.
+    start = {**home, "panda_finger_joint1": home["panda_finger_joint1"] - 4e-4, "panda_joint1": home["panda_joint1"]
+             - 0.1}
+    lead = approach(start, trajectory, max_speed=max_speed, max_acceleration=max_acceleration)
+    joined = lead.then(trajectory).positions
+    assert np.allclose(joined[0], [start[j] for j in trajectory.joints])
+    dt = trajectory.t[1] - trajectory.t[0]
+    assert np.all(np.abs(np.diff(joined, axis=0)).max(0) / dt <= [max_speed[j] + 1e-9 for j in trajectory.joints])
+    assert np.all(np.abs(np.diff(joined, 2, axis=0)).max(0) / dt**2
+                  <= [max_acceleration[j] + 1e-9 for j in trajectory.joints])
 
 
 def test_pushes_keep_to_joint_speed_and_acceleration_limits(workcell, spec):

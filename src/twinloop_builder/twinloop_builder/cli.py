@@ -128,7 +128,9 @@ def _excite(args) -> int:
     spinner.start()
     code = 0
     try:
-        player, recorder = ExcitationPlayer(node, command_topic=args.command_topic), RecorderClient(node)
+        limits = motion_limits(joints, workcell.urdf_xml)
+        player = ExcitationPlayer(node, command_topic=args.command_topic, limits=limits)
+        recorder = RecorderClient(node)
         monitor = MonitorClient(node, args.monitor) if args.monitor else None
 
         def play(trajectory, what: str) -> None:
@@ -138,7 +140,9 @@ def _excite(args) -> int:
                 monitor.check(f"before {what}")
                 monitor.set_armed(True)
             try:
-                player.play(trajectory, stop=monitor.faulted if monitor else lambda: False)
+                lead_s = player.play(trajectory, stop=monitor.faulted if monitor else lambda: False)
+                if lead_s:
+                    print(f"{what}: first {lead_s:.2f} s from the measured pose to its start", file=sys.stderr)
             finally:
                 if monitor:
                     monitor.set_armed(False)
@@ -155,7 +159,7 @@ def _excite(args) -> int:
                 play(trajectory, "the joint excitation")
             else:
                 checker = WorkspaceChecker(model, workcell.table_top_height_m)
-                max_speed, max_acceleration = motion_limits(joints, workcell.urdf_xml)
+                max_speed, max_acceleration = limits
                 for index, push in enumerate(config.pushes):
                     path = push_trajectory(push, player.wait_for_box(), workcell.box.size_m[0] / 2,
                                            workcell.home_joint_positions, checker, max_speed=max_speed,

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId
 from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
 from twinloop_logging.recording import not_yet_recorded
 from twinloop_sim.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX
 
-from twinloop_builder.excitation import JointTrajectory
+from twinloop_builder.excitation import JointTrajectory, approach
 
 # Commands are RELIABLE: a lost target would be a step the identification never sees.
 COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
@@ -42,10 +43,18 @@ class ExcitationPlayer:
     envelope monitor's input on a workcell, /joint_command itself only on a bench without one."""
 
     def __init__(self, node: Node, *, command_topic: str = "/twinloop/builder/command",
-                 box_topic: str = "/twinloop/emulated_workcell/box_pose") -> None:
+                 box_topic: str = "/twinloop/emulated_workcell/box_pose", joint_states_topic: str = "/joint_states",
+                 limits: tuple[Mapping[str, float], Mapping[str, float]] | None = None) -> None:
         self.node = node
         self.publisher = node.create_publisher(JointState, command_topic, COMMAND_QOS)
         self.box_xyz: np.ndarray | None = None
+        # (speed, acceleration) limits: with them, play() first moves from the measured
+        # position to the trajectory's start (see excitation.approach).
+        self.limits = limits
+        self.measured: dict[str, float] = {}
+        node.create_subscription(JointState, joint_states_topic,
+                                 lambda msg: self.measured.update(zip(msg.name, msg.position)),
+                                 qos_profile_sensor_data)
         # In reality the box pose would come from perception; the emulated workcell publishes its truth.
         node.create_subscription(PoseStamped, box_topic, self._on_box, 10)
 
@@ -53,8 +62,14 @@ class ExcitationPlayer:
         p = msg.pose.position
         self.box_xyz = np.array([p.x, p.y, p.z])
 
-    def play(self, trajectory: JointTrajectory, stop=lambda: False) -> None:
-        """Publish the rows at their times; ends early once `stop()` is true (a monitor fault)."""
+    def play(self, trajectory: JointTrajectory, stop=lambda: False) -> float:
+        """Publish the rows at their times; ends early once `stop()` is true (a monitor fault).
+        Returns how long the move from the measured pose to the start took (0: none needed)."""
+        lead = None
+        if self.limits is not None:
+            lead = approach(dict(self.measured), trajectory, max_speed=self.limits[0],
+                            max_acceleration=self.limits[1])
+            trajectory = lead.then(trajectory) if lead is not None else trajectory
         start = time.monotonic()
         names = list(trajectory.joints)
         for t, row in zip(trajectory.t, trajectory.positions):
@@ -66,6 +81,7 @@ class ExcitationPlayer:
             msg = JointState(name=names, position=[float(v) for v in row])
             msg.header.stamp = self.node.get_clock().now().to_msg()
             self.publisher.publish(msg)
+        return lead.duration_s if lead is not None else 0.0
 
     def wait_for_box(self, timeout_s: float = 5.0) -> np.ndarray:
         deadline = time.monotonic() + timeout_s
