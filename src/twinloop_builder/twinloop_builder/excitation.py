@@ -365,11 +365,9 @@ def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: floa
     closing = min(len(out), int(round(closing_s / dt)))
     out[:closing, gripper] = _min_jerk(np.array([home[GRIPPER_JOINT]]), np.array([0.0]), closing)[:, 0]
     out[closing:, gripper] = 0.0
-    goal = np.array([home[j] for j in COMMANDED_JOINTS])
-    steps = int(round(1.2 / dt))
-    while _stretch_needed(_min_jerk(out[-1], goal, steps), dt, speed, accel) > 1.0:
-        steps = int(steps * 1.2)
-    positions = np.vstack([out, _min_jerk(out[-1], goal, steps)[1:]])
+    back = _min_jerk_within(out[-1], np.array([home[j] for j in COMMANDED_JOINTS]), int(round(1.2 / dt)), dt,
+                            speed, accel)
+    positions = np.vstack([out, back[1:]])
     return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions, slowed)
 
 
@@ -387,11 +385,17 @@ def approach(start: Mapping[str, float], trajectory: JointTrajectory, *, max_spe
     accel = np.array([max_acceleration.get(j, np.inf) for j in trajectory.joints])
     if np.all(np.abs(first - here) <= 0.5 * speed * dt):
         return None
-    steps = max(2, int(round(0.2 / dt)))
-    while _stretch_needed(_min_jerk(here, first, steps), dt, speed, accel) > 1.0:
-        steps = int(steps * 1.2) + 1
-    rows = _min_jerk(here, first, steps)[:-1]  # the trajectory's first row follows
+    rows = _min_jerk_within(here, first, max(2, int(round(0.2 / dt))), dt, speed, accel)[:-1]  # then its first row
     return JointTrajectory(np.arange(len(rows)) * dt, trajectory.joints, rows)
+
+
+def _min_jerk_within(a: np.ndarray, b: np.ndarray, steps: int, dt: float, speed: np.ndarray,
+                     accel: np.ndarray) -> np.ndarray:
+    """A minimum-jerk move of at least `steps` rows, lengthened by 20 % at a time until its
+    per-step speed and acceleration are within the limits."""
+    while _stretch_needed(_min_jerk(a, b, steps), dt, speed, accel) > 1.0:
+        steps = max(steps + 1, int(steps * 1.2))
+    return _min_jerk(a, b, steps)
 
 
 def _cartesian_segment(checker: WorkspaceChecker, q: dict, begin: np.ndarray, target: np.ndarray,

@@ -11,18 +11,18 @@ from typing import Mapping
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId
 from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
 from twinloop_logging.recording import not_yet_recorded
 from twinloop_sim.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX
+from twinloop_sim.workcell_server import LATCHED
 
 from twinloop_builder.excitation import JointTrajectory, approach
 
 # Commands are RELIABLE: a lost target would be a step the identification never sees.
 COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 # What an identification bag cannot do without, from its first message on.
 REQUIRED_TOPICS = ("/joint_states", "/joint_command")
 
@@ -74,7 +74,7 @@ class ExcitationPlayer:
         names = list(trajectory.joints)
         for t, row in zip(trajectory.t, trajectory.positions):
             if stop():
-                return
+                break
             delay = start + t - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
