@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from sensor_msgs.msg import JointState
 
-from twinloop_safety.testing import COMMANDED, RELIABLE, EnvelopeCell, stamp_s
+from twinloop_ros.testing import COMMANDED, RELIABLE, EnvelopeCell, stamp_s
 
 CONTROL_PERIOD_S = 1.0 / 500.0
 

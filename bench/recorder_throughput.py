@@ -91,7 +91,7 @@ def main() -> None:
         publish(args.duration)
         return
     from twinloop_logging.bag_reader import open_bag
-    from twinloop_sim.testing import NodeProcess, fresh_domain_id, localhost_env
+    from twinloop_ros.testing import NodeProcess, fresh_domain_id, localhost_env
     domain = fresh_domain_id()
     tmp = Path(tempfile.mkdtemp(prefix="recorder_bench_"))
     recorder = NodeProcess("twinloop_logging.recorder_node", domain,

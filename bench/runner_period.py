@@ -17,8 +17,8 @@ import numpy as np
 from sensor_msgs.msg import JointState
 
 from twinloop_policy.scripted import write_scripted_policy
-from twinloop_safety.testing import RELIABLE, stamp_s
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_ros.testing import RELIABLE, stamp_s
+from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.workcell import load_workcell
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from rosgraph_msgs.msg import Clock
 
 from twinloop_sim.replay import RecordedRun, replay
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_sim.workcell_sim import WorkcellSimulation
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.nominal import build_nominal_twin, load_scene, load_twin_workcell

@@ -1,7 +1,7 @@
 """The embedded default: the emulated workcell (MuJoCo on hidden true physics, a stand-in
 for hardware behind the hardware contract) with the whole twinloop stack and RViz.
 
-    ros2 launch twinloop_sim emulated.launch.py [truth_file:=...] [gui:=false]
+    ros2 launch twinloop_bringup emulated.launch.py [truth_file:=...] [gui:=false]
 
 Without ROS 2 launch (the PyPI wheels), `twinloop-bringup` starts the same node set.
 """
@@ -19,7 +19,7 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription([
         DeclareLaunchArgument(
             'share_dir',
-            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_sim')),
+            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_bringup')),
             description='folder holding twinloop config/, urdf/ and launch/'),
         DeclareLaunchArgument('truth_file',
                               default_value=PathJoinSubstitution([share_dir, 'config', 'emulated_truth.yaml']),

@@ -1,7 +1,7 @@
 """The emulated workcell: MuJoCo on hidden "true" physics behind the hardware contract.
 
-    ros2 launch twinloop_sim emulated_workcell.launch.py
-    ros2 launch twinloop_sim emulated_workcell.launch.py truth_file:=/path/to/truth.yaml seed:=3 use_rviz:=true
+    ros2 launch twinloop_bringup emulated_workcell.launch.py
+    ros2 launch twinloop_bringup emulated_workcell.launch.py truth_file:=/path/to/truth.yaml seed:=3 use_rviz:=true
 
 Starts `emulated_workcell` (which starts its camera process itself) and, on request,
 RViz. No robot_state_publisher: the emulated workcell publishes /robot_description,
@@ -29,11 +29,11 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument(
             'share_dir',
             # $TWINLOOP_SHARE wins (the venv and the source tree set it); otherwise the
-            # installed share of twinloop_sim, where setup.py puts config/, urdf/, launch/.
+            # installed share of twinloop_bringup, where setup.py puts config/, urdf/, launch/.
             default_value=EnvironmentVariable('TWINLOOP_SHARE',
-                                              default_value=FindPackageShare('twinloop_sim')),
+                                              default_value=FindPackageShare('twinloop_bringup')),
             description='folder holding twinloop config/ and urdf/ '
-                        '(default: $TWINLOOP_SHARE, else the share of twinloop_sim)'),
+                        '(default: $TWINLOOP_SHARE, else the share of twinloop_bringup)'),
         DeclareLaunchArgument(
             'params_file',
             default_value=PathJoinSubstitution([share_dir, 'config', 'emulated_workcell.yaml']),

@@ -1,7 +1,7 @@
 """Replay a recorded run in a twin with the RViz ghost: the replay server, a ghost
 robot_state_publisher (frames ghost/), RViz, and the replay goal sent once everything is up.
 
-    ros2 launch twinloop_sim replay.launch.py bag:=bags/<trial> twin_path:=twins/emulated/v3
+    ros2 launch twinloop_bringup replay.launch.py bag:=bags/<trial> twin_path:=twins/emulated/v3
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, TimerAction
@@ -20,7 +20,7 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription([
         DeclareLaunchArgument(
             'share_dir',
-            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_sim')),
+            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_bringup')),
             description='folder holding twinloop config/ and urdf/'),
         DeclareLaunchArgument('bag', default_value='',
                               description='recorded run to replay (rosbag2 folder); required'),

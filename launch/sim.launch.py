@@ -1,7 +1,7 @@
 """A twin version in simulation, on simulated time, with the twinloop stack and RViz:
 MuJoCo through the sim bridge, or Isaac Sim through its ROS 2 bridge.
 
-    ros2 launch twinloop_sim sim.launch.py twin_path:=twins/emulated/v3 [simulator:=isaac]
+    ros2 launch twinloop_bringup sim.launch.py twin_path:=twins/emulated/v3 [simulator:=isaac]
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess, IncludeLaunchDescription
@@ -24,7 +24,7 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription([
         DeclareLaunchArgument(
             'share_dir',
-            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_sim')),
+            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_bringup')),
             description='folder holding twinloop config/, urdf/ and launch/'),
         DeclareLaunchArgument('simulator', default_value='mujoco', choices=['mujoco', 'isaac'],
                               description='mujoco: the sim bridge; isaac: Isaac Sim with its ROS 2 bridge'),

@@ -25,8 +25,8 @@ def generate_launch_description() -> LaunchDescription:
     arguments = [
         DeclareLaunchArgument(
             'share_dir',
-            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_sim')),
-            description='folder holding twinloop config/ and urdf/ (default: $TWINLOOP_SHARE, else the share of twinloop_sim)'),
+            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_bringup')),
+            description='folder holding twinloop config/ and urdf/ (default: $TWINLOOP_SHARE, else the share of twinloop_bringup)'),
         DeclareLaunchArgument('use_sim_time', default_value='false',
                               description='true when a simulator publishes /clock (sim.launch.py)'),
         DeclareLaunchArgument('gui', default_value='true', description='start RViz with config/twinloop.rviz'),

@@ -2,7 +2,7 @@
 and realsense-ros cameras, exposing the hardware contract), robot_state_publisher, and
 the twinloop stack with RViz.
 
-    ros2 launch twinloop_sim workcell.launch.py driver_launch:=/path/to/bringup.launch.py \
+    ros2 launch twinloop_bringup workcell.launch.py driver_launch:=/path/to/bringup.launch.py \
         robot_description_file:=/path/to/robot.urdf
 
 Nothing reaches the robot's command topic except through the envelope monitor: remap
@@ -28,7 +28,7 @@ def generate_launch_description() -> LaunchDescription:
     return LaunchDescription([
         DeclareLaunchArgument(
             'share_dir',
-            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_sim')),
+            default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_bringup')),
             description='folder holding twinloop config/, urdf/ and launch/'),
         DeclareLaunchArgument('driver_launch', default_value='',
                               description="the robot/camera driver's launch file; empty: the driver runs elsewhere"),

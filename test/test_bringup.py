@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 
-from twinloop_sim.testing import RosProbe, fresh_domain_id, localhost_env
+from twinloop_ros.testing import RosProbe, fresh_domain_id, localhost_env
 from twinloop_twin.nominal import build_nominal_twin
 from twinloop_twin.workcell import default_config_dir
 
@@ -42,7 +42,7 @@ def graph(tmp_path_factory):
     build_nominal_twin(work / "twins", "emulated")  # the replay server shows the latest twin's scene
     domain = fresh_domain_id()
     log = open(work / "bringup.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "twinloop_sim.bringup", "--log-dir", str(work / "log")],
+    process = subprocess.Popen([sys.executable, "-m", "twinloop_bringup.bringup", "--log-dir", str(work / "log")],
                                cwd=work, env=localhost_env(domain), stdout=log, stderr=subprocess.STDOUT)
     probe = RosProbe(domain)
     try:

@@ -16,8 +16,8 @@ from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus
 
 from twinloop_logging.bag_reader import Bag
-from twinloop_safety.testing import RELIABLE, EnvelopeCell, stamp_s
-from twinloop_sim.testing import NodeProcess, localhost_env
+from twinloop_ros.testing import RELIABLE, EnvelopeCell, stamp_s
+from twinloop_ros.testing import NodeProcess, localhost_env
 
 pytestmark = pytest.mark.ros
 WATCHDOG_S = 0.25  # monitor watchdogs, as the demo's on a shared 2-core host

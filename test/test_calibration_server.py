@@ -20,7 +20,7 @@ from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 
 from twinloop_calibration import se3
 from twinloop_calibration.calibration_io import load_calibration
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.workcell import load_workcell
 

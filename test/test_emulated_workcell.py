@@ -19,8 +19,8 @@ from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.msg import ErrorCode
 from twinloop_interfaces.srv import ResetWorkcell
 
-from twinloop_sim.messages import image_to_numpy
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_ros.messages import image_to_numpy
+from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.physics import load_physics
 from twinloop_twin.workcell import default_config_dir, load_workcell
 

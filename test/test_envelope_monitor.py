@@ -19,7 +19,7 @@ from geometry_msgs.msg import WrenchStamped
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 from visualization_msgs.msg import MarkerArray
 
-from twinloop_safety.testing import COMMANDED, LATCHED, EnvelopeCell, stamp_s
+from twinloop_ros.testing import COMMANDED, LATCHED, EnvelopeCell, stamp_s
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.workcell import load_workcell
 

@@ -20,7 +20,7 @@ def test_constant_sets_have_unique_values(msg_type, prefix):
 
 
 def test_error_codes_cover_what_the_contract_checks_raise():
-    from twinloop_sim.contract import CommandRejected, parse_joint_command
+    from twinloop_twin.contract import CommandRejected, parse_joint_command
     for names, positions in ([["x"], [0.0]], [["panda_joint1"], [float("nan")]], [[], []]):
         with pytest.raises(CommandRejected) as error:
             parse_joint_command(names, positions, ["panda_joint1"])

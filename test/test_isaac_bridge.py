@@ -13,7 +13,7 @@ import pytest
 from pxr import Usd, UsdGeom, UsdPhysics
 
 from twinloop_sim import isaac_twin_bridge
-from twinloop_sim.contract import ContractTopics
+from twinloop_twin.contract import ContractTopics
 from twinloop_twin.nominal import build_twin_from_physics, load_scene
 from twinloop_twin.usd_export import export_twin_usd
 from twinloop_twin.workcell import default_config_dir

@@ -12,8 +12,8 @@ from twinloop_interfaces.action import RunTrials
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 
 from twinloop_policy.scripted import write_scripted_policy
-from twinloop_safety.testing import RELIABLE, EnvelopeCell, stamp_s
-from twinloop_sim.testing import NodeProcess, fresh_domain_id
+from twinloop_ros.testing import RELIABLE, EnvelopeCell, stamp_s
+from twinloop_ros.testing import NodeProcess, fresh_domain_id
 from twinloop_twin.workcell import load_workcell
 
 pytestmark = pytest.mark.ros

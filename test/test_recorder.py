@@ -25,7 +25,7 @@ from twinloop_interfaces.msg import ErrorCode, RecordingStatus, SessionId
 from twinloop_interfaces.srv import AnnotateRecording, StartRecording, StopRecording
 
 from twinloop_logging.bag_reader import BagCorruptError, open_bag
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id, localhost_env
+from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id, localhost_env
 
 pytestmark = pytest.mark.ros
 

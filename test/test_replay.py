@@ -14,9 +14,9 @@ from twinloop_interfaces.msg import ErrorCode
 
 from twinloop_logging.bag_writer import BagWriter
 from twinloop_logging.typedefs import TypeResolver
-from twinloop_sim.motion import demo_motion
+from twinloop_twin.motion import demo_motion
 from twinloop_sim.replay import ReplayError, load_recorded_run, replay_bag
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.bundle import TwinError
 from twinloop_twin.nominal import build_nominal_twin, build_twin_from_physics
 from twinloop_twin.physics import ARM_JOINTS, COMMANDED_JOINTS, load_physics

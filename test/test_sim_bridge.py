@@ -16,7 +16,7 @@ from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.nominal import build_nominal_twin, build_twin_from_physics
 from twinloop_twin.workcell import default_config_dir, load_workcell
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 WORKSPACE_DIRS = ("launch", "config", "urdf")
 # The package whose share/ receives the top-level launch/, config/ and urdf/.
-SHARE_PACKAGE = "twinloop_sim"
+SHARE_PACKAGE = "twinloop_bringup"
 
 # Which test loads which file: first matching pattern wins. A file no pattern matches
 # fails test_every_workspace_file_has_a_loader: add a pattern and a loader test for it.
@@ -152,7 +152,7 @@ def declared_parameters() -> dict[str, dict[str, object]]:
     """{node name: {parameter: default}} from every `*_node.py` under src/.
 
     The node name is the string passed to `super().__init__(...)`; the parameters are the
-    keys of the dict passed to twinloop_sim.node_support.declare(self, {...}), of a
+    keys of the dict passed to twinloop_ros.node.declare(self, {...}), of a
     module-level table passed to `super().__init__(name, TABLE, ...)` (plus the base
     class's own table, see SERVER_BASES), and any `self.declare_parameter("name", default)`.
     """

@@ -1,5 +1,3 @@
-from glob import glob
-
 from setuptools import find_packages, setup
 
 package_name = 'twinloop_sim'
@@ -11,16 +9,6 @@ setup(
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
-        # The workspace's top-level launch/, config/ and urdf/ (design: ROS users expect
-        # them at the top), installed as this package's share so that
-        # `ros2 launch twinloop_sim ...` and FindPackageShare('twinloop_sim') find them.
-        # Relative to this directory: colcon runs setup.py here, and in --symlink-install
-        # from build/twinloop_sim/, which is as deep as src/twinloop_sim/ in a standard
-        # workspace, so '../..' names the workspace root from both.
-        ('share/' + package_name + '/launch', sorted(glob('../../launch/*.launch.py'))),
-        ('share/' + package_name + '/config',
-         sorted(glob('../../config/*.yaml') + glob('../../config/*.xml') + glob('../../config/*.rviz'))),
-        ('share/' + package_name + '/urdf', sorted(glob('../../urdf/*.urdf'))),
     ],
     install_requires=['setuptools'],
     zip_safe=True,
@@ -35,9 +23,7 @@ setup(
             'sim_bridge = twinloop_sim.sim_bridge_node:main',
             'replay_server = twinloop_sim.replay_node:main',
             'state_publisher = twinloop_sim.state_publisher_node:main',
-            'twinloop-bringup = twinloop_sim.bringup:main',
             'twinloop-replay = twinloop_sim.replay_cli:main',
-            'workcell_demo = twinloop_sim.demo:main',
         ],
     },
 )

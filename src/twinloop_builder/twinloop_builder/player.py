@@ -11,18 +11,15 @@ from typing import Mapping
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId
 from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
 from twinloop_logging.recording import not_yet_recorded
-from twinloop_sim.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX
-from twinloop_sim.workcell_server import LATCHED
+from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX
+from twinloop_ros.qos import COMMANDS, LATCHED, SENSOR
 
 from twinloop_builder.excitation import JointTrajectory, approach
 
-# Commands are RELIABLE: a lost target would be a step the identification never sees.
-COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 # What an identification bag cannot do without, from its first message on.
 REQUIRED_TOPICS = ("/joint_states", "/joint_command")
 
@@ -46,7 +43,7 @@ class ExcitationPlayer:
                  box_topic: str = "/twinloop/emulated_workcell/box_pose", joint_states_topic: str = "/joint_states",
                  limits: tuple[Mapping[str, float], Mapping[str, float]] | None = None) -> None:
         self.node = node
-        self.publisher = node.create_publisher(JointState, command_topic, COMMAND_QOS)
+        self.publisher = node.create_publisher(JointState, command_topic, COMMANDS)
         self.box_xyz: np.ndarray | None = None
         # (speed, acceleration) limits: with them, play() first moves from the measured
         # position to the trajectory's start (see excitation.approach).
@@ -54,7 +51,7 @@ class ExcitationPlayer:
         self.measured: dict[str, float] = {}
         node.create_subscription(JointState, joint_states_topic,
                                  lambda msg: self.measured.update(zip(msg.name, msg.position)),
-                                 qos_profile_sensor_data)
+                                 SENSOR)
         # In reality the box pose would come from perception; the emulated workcell publishes its truth.
         node.create_subscription(PoseStamped, box_topic, self._on_box, 10)
 

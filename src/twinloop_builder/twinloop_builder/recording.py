@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop_sim.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, simulated_topic
+from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, simulated_topic
 from twinloop_twin.physics import ALL_JOINTS, COMMANDED_JOINTS
 
 STATE_TOPIC = "/joint_states"
@@ -110,7 +110,7 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
     Raises RecordingError subclasses: MissingTopic, WrongJointNames, WrongSplit, TooShort.
     """
     from twinloop_logging.bag_reader import BagError, open_bag  # rosbags import is slow; only here
-    from twinloop_sim.contract import CommandRejected, parse_joint_command
+    from twinloop_twin.contract import CommandRejected, parse_joint_command
 
     path = Path(path)
     try:

@@ -21,7 +21,7 @@ from twinloop_interfaces.msg import ErrorCode
 from twinloop_builder.build import build_identified_twin
 from twinloop_builder.identification import IdentificationCancelled, IdentificationError, IdentificationSettings
 from twinloop_builder.recording import RecordingError
-from twinloop_sim.node_support import StartupError, declare, run_node
+from twinloop_ros.node import StartupError, declare, run_node
 from twinloop_twin.bundle import TwinError, TwinIntegrityError, TwinVersionExists
 
 

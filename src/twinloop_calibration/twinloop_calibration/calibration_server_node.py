@@ -20,7 +20,7 @@ from rclpy.action import ActionServer, CancelResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from twinloop_ros.qos import COMMANDS, LATCHED, RELIABLE
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.action import Calibrate
@@ -33,15 +33,12 @@ from twinloop_calibration.intrinsics import calibrate_intrinsics, from_camera_in
 from twinloop_calibration.live import JointBuffer, TargetStream, move_targets, stream_targets
 from twinloop_calibration.pose_planner import PlannerLimits, PosePlanner
 from twinloop_calibration.targets import TargetDetector, TargetNotFound, load_targets
-from twinloop_sim.messages import image_to_numpy, tf_msg
-from twinloop_sim.node_support import StartupError, declare, run_node
+from twinloop_ros.messages import image_to_numpy, tf_msg
+from twinloop_ros.node import StartupError, declare, run_node
 from twinloop_twin.kinematics import FrameTransform, UrdfTransforms
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
 
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
-RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # as the monitor's input
 
 
 class CalibrationServer(Node):
@@ -98,7 +95,7 @@ class CalibrationServer(Node):
                                      lambda m, c=camera: self.images.__setitem__(c, m), 2, callback_group=group)
             self.create_subscription(CameraInfo, f"/{camera}/color/camera_info",
                                      lambda m, c=camera: self.infos.__setitem__(c, m), 2, callback_group=group)
-        self.command_pub = self.create_publisher(JointState, self.p["command_topic"], COMMAND_QOS)
+        self.command_pub = self.create_publisher(JointState, self.p["command_topic"], COMMANDS)
         self.monitor_status: EnvelopeStatus | None = None
         if self.p["monitor_node"]:
             self.arm_client = self.create_client(SetArmed, f"{self.p['monitor_node']}/set_armed", callback_group=group)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from twinloop_sim.motion import minimum_jerk
+from twinloop_twin.motion import minimum_jerk
 
 COMMAND_PERIOD_S = 0.004  # the envelope monitor's command period: one message is one step
 

@@ -12,7 +12,8 @@ import time
 
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy)
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from twinloop_ros.qos import LATCHED
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
 from twinloop_interfaces.msg import ErrorCode, RecordingStatus, SessionId, TopicStats
 from twinloop_interfaces.srv import AnnotateRecording, StartRecording, StopRecording
@@ -21,10 +22,9 @@ from twinloop_logging.profiles import ProfileError, load_profiles, select_profil
 from twinloop_logging.recording import Recording, RecordingOptions, RecordingSnapshot
 from twinloop_logging.session import BagExistsError, SessionError, bag_path_for, new_session
 from twinloop_logging.typedefs import TypeResolver, UnknownMessageType
-from twinloop_sim.node_support import StartupError, declare, run_node
+from twinloop_ros.node import StartupError, declare, run_node
 from twinloop_twin.workcell import default_config_dir
 
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class Recorder(Node):

@@ -13,7 +13,7 @@ import time
 
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from twinloop_ros.qos import LATCHED, RELIABLE
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.action import RunTrials
@@ -23,11 +23,9 @@ from twinloop_interfaces.srv import ConfirmReset, ResetFault, ResetWorkcell, Set
 from twinloop_logging.recording import not_yet_recorded
 from twinloop_policy.policy_spec import PolicyMismatch, PolicySpecError, check_against_robot, load_policy_spec
 from twinloop_policy.runner import ObservationAssembler, PolicyLoop, StaleObservation, goal_reached, load_module
-from twinloop_sim.node_support import StartupError, declare, make_executor, run_node
+from twinloop_ros.node import StartupError, declare, make_executor, run_node
 from twinloop_twin.physics import ALL_JOINTS, COMMANDED_JOINTS
 
-RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 SERVICE_WAIT_S = 5.0
 STALE_ABORT_PERIODS = 25  # consecutive periods without a fresh observation that end a trial
 

@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from twinloop_sim.contract import CommandRejected, parse_joint_command
+from twinloop_twin.contract import CommandRejected, parse_joint_command
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.parameters import ParameterSet
 

@@ -12,7 +12,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import WrenchStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from twinloop_ros.qos import COMMANDS, LATCHED, RELIABLE, SENSOR
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 from twinloop_interfaces.srv import ResetFault, SetArmed
@@ -21,17 +21,11 @@ from visualization_msgs.msg import MarkerArray
 from twinloop_safety.envelope import (EnvelopeConfigError, EnvelopeMonitor, State, Violation, boxes_from_flat,
                                       build_limits, limits_summary, tighten_from_twin)
 from twinloop_safety.markers import envelope_markers
-from twinloop_sim.node_support import StartupError, declare, make_executor, run_node
+from twinloop_ros.node import StartupError, declare, make_executor, run_node
 from twinloop_twin.bundle import TwinError, load_twin
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.workcell import ExampleRobotDataMissing, WorkcellConfigError, load_workcell
 
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
-# Commands and safety state: reliable, a lost hold would leave the robot tracking the last target.
-RELIABLE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-# Commands in and out: deep enough that a busy moment drops none (each message is one step;
-# with 10 deep, a reader stalled 40 ms at 250 Hz lost forwarded commands).
-COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 # Marks the monitor's own hold commands on /joint_command (and in recorded bags).
 HOLD_FRAME_ID = "envelope_hold"
 STATE_LEVEL = {State.DISARMED: DiagnosticStatus.OK, State.ARMED: DiagnosticStatus.OK, State.FAULT: DiagnosticStatus.ERROR}
@@ -98,14 +92,14 @@ class EnvelopeMonitorNode(Node):
         self.monitor = EnvelopeMonitor(limits, kinematics)
         self._arm_on_start = p["armed_on_start"]
 
-        self.command_pub = self.create_publisher(JointState, p["joint_command_topic"], COMMAND_QOS)
+        self.command_pub = self.create_publisher(JointState, p["joint_command_topic"], COMMANDS)
         self.status_pub = self.create_publisher(EnvelopeStatus, "/twinloop/envelope/status", LATCHED)
         self.marker_pub = self.create_publisher(MarkerArray, "/twinloop/envelope/markers", LATCHED)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
         for topic in p["command_topics"]:
-            self.create_subscription(JointState, topic, self.on_command, COMMAND_QOS)
+            self.create_subscription(JointState, topic, self.on_command, COMMANDS)
         self.create_subscription(JointState, p["joint_states_topic"], self.on_joint_state, RELIABLE)
-        self.create_subscription(WrenchStamped, p["wrench_topic"], self.on_wrench, qos_profile_sensor_data)
+        self.create_subscription(WrenchStamped, p["wrench_topic"], self.on_wrench, SENSOR)
         self.create_service(SetArmed, "~/set_armed", self.on_set_armed)
         self.create_service(ResetFault, "~/reset_fault", self.on_reset_fault)
         self.create_timer(1.0 / p["control_rate_hz"], self.on_tick)

@@ -16,7 +16,7 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from twinloop_sim.contract import CommandRejected  # noqa: E402
+from twinloop_twin.contract import CommandRejected  # noqa: E402
 from twinloop_sim.workcell_sim import CameraRig, WorkcellSimulation  # noqa: E402
 from twinloop_twin.physics import ALL_JOINTS, load_physics  # noqa: E402
 from twinloop_twin.scene import compile_workcell  # noqa: E402

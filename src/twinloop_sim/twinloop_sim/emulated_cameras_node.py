@@ -12,21 +12,19 @@ import os
 from pathlib import Path
 
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from twinloop_ros.qos import IMAGES
 from sensor_msgs.msg import CameraInfo, Image
 
-from twinloop_sim.contract import ContractTopics
-from twinloop_sim.messages import camera_info_msg, image_msg, stamp_from_ns
-from twinloop_sim.node_support import StartupError, declare, load_sim_inputs, run_node
+from twinloop_twin.contract import ContractTopics
+from twinloop_ros.messages import camera_info_msg, image_msg, stamp_from_ns
+from twinloop_ros.node import StartupError, declare, run_node
+from twinloop_sim.inputs import load_sim_inputs
 from twinloop_sim.scene_state import SceneStateReader
 from twinloop_sim.workcell_sim import NO_NOISE, CameraRig
 from twinloop_twin.bundle import load_twin
 from twinloop_twin.nominal import load_scene, load_twin_workcell
 from twinloop_twin.scene import compile_workcell
 
-# Reliable (realsense-ros default) so reliable and best-effort subscribers both match;
-# shallow, since a late frame is worth less than the next one.
-IMAGES = QoSProfile(depth=2, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class EmulatedCameras(Node):

@@ -17,7 +17,7 @@ import argparse
 import collections
 import sys
 
-# The hardware contract's topic names (twinloop_sim.contract.ContractTopics); literal here
+# The hardware contract's topic names (twinloop_twin.contract.ContractTopics); literal here
 # because Isaac Sim's Python need not have twinloop installed. A test keeps them equal.
 JOINT_STATES = "/joint_states"
 JOINT_COMMAND = "/joint_command"

@@ -16,7 +16,7 @@ import mujoco
 import numpy as np
 
 from twinloop_logging.bag_reader import BagError, open_bag
-from twinloop_sim.contract import (APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, CommandRejected, parse_joint_command,
+from twinloop_twin.contract import (APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, CommandRejected, parse_joint_command,
                                    simulated_topic)
 from twinloop_sim.workcell_sim import WorkcellSimulation
 from twinloop_twin.kinematics import UrdfTransforms

@@ -18,11 +18,11 @@ from twinloop_interfaces.msg import ErrorCode
 import mujoco
 from visualization_msgs.msg import MarkerArray
 
-from twinloop_sim.messages import scene_markers, stamp_from_ns
-from twinloop_sim.node_support import declare, run_node
+from twinloop_ros.messages import scene_markers, stamp_from_ns
+from twinloop_ros.node import declare, run_node
 from twinloop_sim.replay import SIM_PREFIX, ReplayError, replay_bag
 from twinloop_sim.sim_bridge_node import SCENE_BODIES
-from twinloop_sim.workcell_server import LATCHED, STREAM
+from twinloop_ros.qos import LATCHED, STREAM
 from twinloop_twin.bundle import TwinError, latest_version, load_twin
 from twinloop_twin.nominal import load_scene
 

@@ -14,9 +14,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from tf2_msgs.msg import TFMessage
 
-from twinloop_sim.messages import tf_msg
-from twinloop_sim.node_support import StartupError, declare, run_node
-from twinloop_sim.workcell_server import LATCHED
+from twinloop_ros.messages import tf_msg
+from twinloop_ros.node import StartupError, declare, run_node
+from twinloop_ros.qos import LATCHED
 from twinloop_twin.kinematics import FrameTransform, UrdfTransforms
 from twinloop_twin.workcell import load_workcell
 
@@ -25,7 +25,8 @@ class StatePublisher(Node):
     def __init__(self) -> None:
         super().__init__("state_publisher")
         self.p = declare(self, {
-            "joint_states_topic": ("/joint_states", "joint states to turn into transforms"),
+            # Relative names, remappable as robot_state_publisher's are.
+            "joint_states_topic": ("joint_states", "joint states to turn into transforms"),
             "frame_prefix": ("", "prefix of every published frame, e.g. 'ghost/'"),
             "root_frame_parent": ("", "if set with a prefix, attach <prefix><root> to this frame (e.g. 'world')"),
             "max_rate_hz": (50.0, "Hz, most /tf messages per second"),
@@ -42,7 +43,7 @@ class StatePublisher(Node):
             static.append(FrameTransform(self.p["root_frame_parent"], self.p["frame_prefix"] + root, np.eye(4)))
         self.create_publisher(TFMessage, "/tf_static", LATCHED).publish(
             tf_msg(static, self.get_clock().now().to_msg()))
-        self.create_publisher(String, "~/robot_description", LATCHED).publish(String(data=urdf_xml))
+        self.create_publisher(String, "robot_description", LATCHED).publish(String(data=urdf_xml))
         self._min_period_ns = int(1e9 / self.p["max_rate_hz"])
         self._last_ns = 0
         self.create_subscription(JointState, self.p["joint_states_topic"], self.on_joint_states, 10)

@@ -14,7 +14,7 @@ from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from twinloop_ros.qos import LATCHED, STREAM
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
@@ -22,18 +22,13 @@ from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.msg import ErrorCode, SystemStatus
 from twinloop_interfaces.srv import ResetWorkcell
 
-from twinloop_sim.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, CommandRejected, ContractTopics
-from twinloop_sim.messages import joint_state_msg, stamp_from_ns, tf_msg
-from twinloop_sim.node_support import RateMeter, declare
+from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, CommandRejected, ContractTopics
+from twinloop_ros.messages import joint_state_msg, stamp_from_ns, tf_msg
+from twinloop_ros.node import RateMeter, declare
 from twinloop_sim.scene_state import SceneStateWriter
 from twinloop_sim.workcell_sim import WorkcellSimulation
 from twinloop_twin.kinematics import UrdfTransforms
 
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                     reliability=ReliabilityPolicy.RELIABLE)
-# Reliable so that reliable subscribers (robot_state_publisher, recorders) match too; deep
-# enough that a reader keeps up with bursts (catch-up ticks, as-fast-as-possible runs).
-STREAM = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 # Behind wall time by more than this: skip ahead instead of catching up. Up to it, a stall of
 # the process (a loaded host) is caught up, sample by sample, so stamps never jump.
 MAX_LAG_S = 1.0

@@ -17,7 +17,7 @@ from twinloop_twin.scene import (command_actuator_ids, compile_workcell, joint_d
                                  joint_qpos_addresses, fill_command_history, reset_to_home)
 from twinloop_twin.workcell import CameraIntrinsics, WorkcellDescription
 
-from twinloop_sim.contract import CommandRejected, parse_joint_command
+from twinloop_twin.contract import CommandRejected, parse_joint_command
 
 
 NO_NOISE = SensorNoise(joint_position_std_rad=0.0, joint_velocity_std_rad_s=0.0, joint_effort_std_nm=0.0,

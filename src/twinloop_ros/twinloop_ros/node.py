@@ -1,4 +1,4 @@
-"""Small pieces every twinloop_sim node shares: parameters, inputs, executor, lifecycle."""
+"""What every twinloop node shares: parameter declaration, start-up and shutdown, executors."""
 from __future__ import annotations
 
 import signal
@@ -6,8 +6,6 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import rclpy
@@ -16,37 +14,15 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
-from twinloop_twin.physics import PhysicsConfigError, WorkcellPhysics, load_physics
-from twinloop_twin.workcell import (ExampleRobotDataMissing, WorkcellConfigError, WorkcellDescription,
-                                    default_config_dir, load_workcell)
-
 
 class StartupError(RuntimeError):
     """The node cannot start; the message says what was wrong and what to do."""
-
-
-@dataclass(frozen=True)
-class SimInputs:
-    workcell: WorkcellDescription
-    physics: WorkcellPhysics
-    physics_path: Path
 
 
 def declare(node: Node, spec: dict[str, tuple[Any, str]]) -> dict[str, Any]:
     """Declare parameters {name: (default, description)} and read them once."""
     return {name: node.declare_parameter(name, default, ParameterDescriptor(description=text)).value
             for name, (default, text) in spec.items()}
-
-
-def load_sim_inputs(truth_file: str, workcell_config: str, urdf: str,
-                    default_physics: str = "emulated_truth.yaml") -> SimInputs:
-    physics_path = Path(truth_file) if truth_file else default_config_dir() / default_physics
-    try:
-        physics = load_physics(physics_path)
-        workcell = load_workcell(workcell_config or None, urdf or None)
-    except (PhysicsConfigError, WorkcellConfigError, ExampleRobotDataMissing) as error:
-        raise StartupError(str(error)) from error
-    return SimInputs(workcell, physics, physics_path)
 
 
 class RateMeter:

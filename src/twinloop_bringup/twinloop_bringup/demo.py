@@ -23,10 +23,11 @@ from sensor_msgs.msg import Image, JointState
 from twinloop_interfaces.msg import EnvelopeStatus, RecordingStatus, SessionId
 from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
 
-from twinloop_sim.motion import demo_motion, period_jitter_ms, rate_hz, tracking_report
+from twinloop_twin.motion import demo_motion, period_jitter_ms, rate_hz, tracking_report
 from twinloop_sim.replay import format_report, replay_bag
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
-from twinloop_sim.workcell_server import LATCHED
+from twinloop_ros.process import NodeProcess, fresh_domain_id
+from twinloop_ros.session import RosSession
+from twinloop_ros.qos import LATCHED
 from twinloop_twin.nominal import ensure_nominal_twin
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         NodeProcess("twinloop_logging.recorder_node", domain, {"output_dir": str(Path(args.bags).resolve())},
                     log_path=log_dir / "recorder.log", extra_args=["--params-file", str(config / "recorder.yaml")]),
     ]
-    probe = RosProbe(domain, "demo")
+    probe = RosSession(domain, "demo")
     try:
         bag = _run(args, workcell, twin, processes, probe)
     finally:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosProbe) -> Path | None:
+def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosSession) -> Path | None:
     states = probe.collect(JointState, "/joint_states", qos=1000, transform=_joint_sample)
     images = {camera: probe.collect(Image, f"/{camera}/color/image_raw", transform=lambda m: _stamp(m.header.stamp))
               for camera in workcell.cameras}
@@ -141,7 +142,7 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosProbe) ->
     return Path(stopped.bag_path)
 
 
-def _stream(motion, publisher, probe: RosProbe, segment_s: float) -> list:
+def _stream(motion, publisher, probe: RosSession, segment_s: float) -> list:
     # Targets on the ideal command grid (as a policy's own tick counter would), not on the
     # wall time a late tick wakes at: the envelope monitor reads each message as one
     # nominal period, so a jittered grid would look like velocity and acceleration spikes.

@@ -1,7 +1,8 @@
-"""An emulated workcell behind an envelope monitor, with a probe: for tests and benchmarks.
+"""Test support: what the suite's tests and benchmarks share. Production code never imports it.
 
-Both run as subprocesses on a private localhost-only domain (twinloop_sim.testing); the
-probe publishes like a policy and watches what reaches the robot.
+`EnvelopeCell`: an emulated workcell behind an envelope monitor, both as subprocesses on a
+private localhost-only domain, with a probe that publishes like a policy and watches what
+reaches the robot.
 """
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from geometry_msgs.msg import WrenchStamped
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 from twinloop_interfaces.srv import ResetFault, ResetWorkcell, SetArmed
 
-from twinloop_sim.testing import NodeProcess, RosProbe, fresh_domain_id
+from twinloop_ros.process import NodeProcess, fresh_domain_id, localhost_env  # noqa: F401 (re-exported)
+from twinloop_ros.qos import LATCHED
+from twinloop_ros.session import RosProbe, RosSession  # noqa: F401 (re-exported)
 from twinloop_twin.workcell import load_workcell
 
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, reliability=ReliabilityPolicy.RELIABLE)
 # Deep: the probe is one Python thread taking 500 Hz joint states plus the command topics.
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 COMMANDED = [f"panda_joint{i}" for i in range(1, 8)] + ["panda_finger_joint1"]

@@ -1,5 +1,7 @@
-"""Conversions between the simulation's numpy data and the hardware contract's messages."""
+"""Conversions between numpy data and the hardware contract's messages."""
 from __future__ import annotations
+
+from typing import Protocol
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -10,7 +12,15 @@ from tf2_msgs.msg import TFMessage
 from twinloop_twin.kinematics import FrameTransform, matrix_to_quaternion_xyzw
 from twinloop_twin.workcell import CameraIntrinsics
 
-from twinloop_sim.workcell_sim import JointStateSample
+
+
+class JointStateSample(Protocol):
+    """One sample of the robot's state: joint names and arrays in that order."""
+
+    names: tuple[str, ...]
+    position: np.ndarray
+    velocity: np.ndarray
+    effort: np.ndarray
 
 
 def stamp_from_ns(stamp_ns: int) -> Time:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twinloop_sim.motion import (ScriptedMotion, demo_motion, minimum_jerk, period_jitter_ms, rate_hz,
+from twinloop_twin.motion import (ScriptedMotion, demo_motion, minimum_jerk, period_jitter_ms, rate_hz,
                                  tracking_report)
 from twinloop_twin.physics import ARM_JOINTS
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from twinloop_sim.contract import CommandRejected, check_joint_order, clamp_to_limits, parse_joint_command
+from twinloop_twin.contract import CommandRejected, check_joint_order, clamp_to_limits, parse_joint_command
 
 JOINTS = ("panda_joint1", "panda_joint2", "panda_joint3", "panda_finger_joint1")
 

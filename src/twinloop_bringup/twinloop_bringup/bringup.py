@@ -1,0 +1,115 @@
+"""twinloop bringup: the embedded default's node set where ROS 2 `launch` is not installed.
+
+    twinloop bringup                      # emulated workcell + the twinloop stack, Ctrl-C stops all
+    twinloop bringup --without policy_runner calibration_server
+    twinloop bringup --no-workcell        # a robot driver provides the hardware contract
+
+Not a launch system, but the same node set as `launch/emulated.launch.py`
+(`twinloop_bringup.node_set`), each node in a process of its own with the parameter files
+the launch files pass (`config/<node>.yaml`). On a ROS 2 install use
+`ros2 launch twinloop_bringup emulated.launch.py` instead.
+
+Exit codes: 0 stopped by Ctrl-C/SIGTERM, 2 bad arguments, 3 a node exited on its own
+(its log is named).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from twinloop_bringup.node_set import NODE_NAMES, StackNode, stack_nodes
+from twinloop_ros.process import NodeProcess
+from twinloop_twin.workcell import default_config_dir
+
+EXIT_BAD_ARGUMENTS = 2
+EXIT_NODE_DIED = 3
+
+
+def node_process(node: StackNode, domain_id: int, config_dir: Path, log_dir: Path) -> NodeProcess:
+    """Start one node of the stack as `ros2 launch` would: its name, parameter file, overrides, remaps."""
+    extra = ["-r", f"__node:={node.name}"]
+    if node.params_file:
+        extra += ["--params-file", str(config_dir / node.params_file)]
+    for source, target in node.remappings:
+        extra += ["-r", f"{source}:={target}"]
+    return NodeProcess(node.module, domain_id, {**node.parameters, **node.fallback_parameters},
+                       log_path=log_dir / f"{node.name}.log", extra_args=extra)
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="twinloop bringup")
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--truth-file", default="", help="hidden physics of the emulated workcell")
+    parser.add_argument("--without", nargs="*", default=[], metavar="NODE",
+                        help=f"nodes of the stack not to start ({', '.join(NODE_NAMES)})")
+    parser.add_argument("--no-workcell", action="store_true", help="the workcell runs elsewhere (a robot)")
+    parser.add_argument("--log-dir", default="log/bringup", help="one log file per node")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        nodes = stack_nodes(args.without)
+    except ValueError as error:
+        print(f"twinloop bringup: {error}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
+    if args.truth_file and not Path(args.truth_file).is_file():
+        print(f"twinloop bringup: truth file {args.truth_file} not found; give an existing physics YAML "
+              "(e.g. config/emulated_truth.yaml)", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
+    config_dir = default_config_dir()
+    log_dir = Path(args.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    domain = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started: list[tuple[str, NodeProcess]] = []
+    code = 0
+    try:
+        if not args.no_workcell:
+            parameters = {"truth_file": args.truth_file} if args.truth_file else {}
+            started.append(("emulated_workcell", NodeProcess(
+                "twinloop_sim.emulated_workcell_node", domain, parameters,
+                log_path=log_dir / "emulated_workcell.log",
+                extra_args=["--params-file", str(config_dir / "emulated_workcell.yaml")])))
+            print(f"[bringup] emulated_workcell started (log: {log_dir / 'emulated_workcell.log'})", flush=True)
+        for node in nodes:
+            started.append((node.name, node_process(node, domain, config_dir, log_dir)))
+            print(f"[bringup] {node.name} started (log: {log_dir / (node.name + '.log')})", flush=True)
+        print(f"[bringup] {len(started)} nodes running on ROS domain {domain}, one process each; "
+              "Ctrl-C stops them", flush=True)
+        while not stop.is_set():
+            dead = [(name, p) for name, p in started if p.process.poll() is not None]
+            if dead:
+                name, process = dead[0]
+                print(f"[bringup] ERROR: {name} exited with code {process.process.returncode}; "
+                      f"see {process.log_path}", file=sys.stderr, flush=True)
+                code = EXIT_NODE_DIED
+                break
+            stop.wait(0.2)
+    finally:
+        # Stop the stack before the workcell, so nothing commands a robot that is going away.
+        for _, process in reversed(started):
+            if process.process.poll() is None:
+                process.process.send_signal(signal.SIGINT)
+        for _, process in reversed(started):
+            process.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("[bringup] stopped", flush=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+from setuptools import find_packages, setup
+
+package_name = 'twinloop_ros'
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=find_packages(exclude=['test']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
+        ('share/' + package_name, ['package.xml']),
+    ],
+    install_requires=['setuptools'],
+    zip_safe=True,
+    maintainer='twinloop maintainers',
+    maintainer_email='maintainers@twinloop.dev',
+    description='The ROS glue every twinloop node uses: parameters, start-up, executors, QoS, conversions, clients.',
+    license='Apache-2.0',
+)
