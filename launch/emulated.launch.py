@@ -3,7 +3,7 @@ for hardware behind the hardware contract) with the whole twinloop stack and RVi
 
     ros2 launch twinloop_bringup emulated.launch.py [truth_file:=...] [gui:=false]
 
-Without ROS 2 launch (the PyPI wheels), `twinloop-bringup` starts the same node set.
+Without ROS 2 launch (the PyPI wheels), `twinloop bringup` starts the same node set.
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription

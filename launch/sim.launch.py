@@ -34,7 +34,7 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('isaac_python', default_value='/isaac-sim/python.sh',
                               description="isaac: Isaac Sim's python launcher"),
         DeclareLaunchArgument('twin_usd', default_value=PathJoinSubstitution([twin_path, 'twin.usda']),
-                              description='isaac: the twin exported with `twinloop-twin export-usd`'),
+                              description='isaac: the twin exported with `twinloop twin export-usd`'),
         DeclareLaunchArgument('gui', default_value='true', description='start RViz'),
         Node(package='twinloop_sim', executable='sim_bridge', name='sim_bridge', output='screen',
              condition=IfCondition(PythonExpression(["'", simulator, "' == 'mujoco'"])),

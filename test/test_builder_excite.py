@@ -1,4 +1,4 @@
-"""`twinloop-build excite` over DDS: the excitation reaches the emulated workcell only
+"""`twinloop build excite` over DDS: the excitation reaches the emulated workcell only
 through the envelope monitor, armed per played trajectory, and the identification bag
 holds the robot's topics from the start of the motion.
 

@@ -65,7 +65,7 @@ def cell(tmp_path_factory):
                                       workcell.home_joint_positions, model, workcell.urdf_xml,
                                       workcell.table_top_height_m)
         bags[split] = recorder.start(split=split, output_dir=str(tmp / "bags"))  # returns once it records
-        time.sleep(1.0)  # a second at rest before the motion, as `twinloop-build excite` records
+        time.sleep(1.0)  # a second at rest before the motion, as `twinloop build excite` records
         player.play(trajectory)
         time.sleep(0.5)
         recorder.stop()

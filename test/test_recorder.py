@@ -33,7 +33,7 @@ LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL, relia
 RELIABLE = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
 WORKCELL = "twinloop_sim.emulated_workcell_node"
 RECORDER = "twinloop_logging.recorder_node"
-CLI = Path(sys.executable).with_name("twinloop-bag")
+CLI = [str(Path(sys.executable).with_name("twinloop")), "bag"]  # `twinloop bag`, as a user runs it
 COUNTER = "/twinloop/test/counter"
 STARTUP_S = 30.0
 
@@ -202,9 +202,9 @@ def test_sigkill_then_repair_keeps_every_complete_chunk(tmp_path):
     finally:
         probe.close()
     bag_path = tmp_path / "crash"
-    with pytest.raises(BagCorruptError, match="twinloop-bag repair"):
+    with pytest.raises(BagCorruptError, match="twinloop bag repair"):
         counter_values(bag_path)
-    repaired = subprocess.run([str(CLI), "repair", str(bag_path)], capture_output=True, text=True, timeout=60)
+    repaired = subprocess.run([*CLI, "repair", str(bag_path)], capture_output=True, text=True, timeout=60)
     assert repaired.returncode == 0, repaired.stderr
     values = counter_values(bag_path)
     # Everything up to the last flushed chunk, without a hole: flushes come every 0.3 s,
@@ -267,11 +267,11 @@ def test_storage_full_stops_cleanly_and_keeps_what_was_written(tmp_path):
         assert process.wait(timeout=20) == 0, (tmp_path / "recorder.log").read_text()
         log.close()
     final = [s for _, s in status if "storage full" in s.message][-1]
-    assert "twinloop-bag repair" in final.message
+    assert "twinloop bag repair" in final.message
     image_stats = next(t for t in final.topics if t.topic == "/twinloop/test/image")
     assert image_stats.dropped_estimate > 0 and image_stats.received >= 1
     bag_path = tmp_path / "full"
-    assert subprocess.run([str(CLI), "repair", str(bag_path)], capture_output=True, timeout=60).returncode == 0
+    assert subprocess.run([*CLI, "repair", str(bag_path)], capture_output=True, timeout=60).returncode == 0
     with open_bag(bag_path) as bag:
         kept = bag.topics["/twinloop/test/image"].count
         assert 1 <= kept <= image_stats.received

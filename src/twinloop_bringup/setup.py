@@ -30,8 +30,11 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
-            'twinloop-bringup = twinloop_bringup.bringup:main',
-            'workcell_demo = twinloop_bringup.demo:main',
+            'twinloop = twinloop_bringup.cli:main',
+        ],
+        'twinloop.commands': [
+            'bringup = twinloop_bringup.bringup:main',
+            'demo = twinloop_bringup.demo:main',
         ],
     },
 )

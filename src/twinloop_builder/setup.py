@@ -20,7 +20,10 @@ setup(
     entry_points={
         'console_scripts': [
             'twin_builder = twinloop_builder.twin_builder_node:main',
-            'twinloop-build = twinloop_builder.cli:main',
+        ],
+        # `twinloop <command>` (twinloop_bringup.cli dispatches)
+        'twinloop.commands': [
+            'build = twinloop_builder.cli:main',
         ],
     },
 )

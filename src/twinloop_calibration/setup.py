@@ -19,7 +19,10 @@ setup(
     entry_points={
         'console_scripts': [
             'calibration_server = twinloop_calibration.calibration_server_node:main',
-            'twinloop_calibrate = twinloop_calibration.cli:main',
+        ],
+        # `twinloop <command>` (twinloop_bringup.cli dispatches)
+        'twinloop.commands': [
+            'calibrate = twinloop_calibration.cli:main',
         ],
     },
 )

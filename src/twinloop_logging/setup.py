@@ -19,7 +19,10 @@ setup(
     entry_points={
         'console_scripts': [
             'recorder = twinloop_logging.recorder_node:main',
-            'twinloop-bag = twinloop_logging.cli:main',
+        ],
+        # `twinloop <command>` (twinloop_bringup.cli dispatches)
+        'twinloop.commands': [
+            'bag = twinloop_logging.cli:main',
         ],
     },
 )

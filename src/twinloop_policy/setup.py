@@ -19,7 +19,10 @@ setup(
     entry_points={
         'console_scripts': [
             'policy_runner = twinloop_policy.policy_runner_node:main',
-            'make_scripted_policy = twinloop_policy.scripted:main',
+        ],
+        # `twinloop <command>` (twinloop_bringup.cli dispatches)
+        'twinloop.commands': [
+            'policy = twinloop_policy.cli:main',
         ],
     },
 )

@@ -23,7 +23,10 @@ setup(
             'sim_bridge = twinloop_sim.sim_bridge_node:main',
             'replay_server = twinloop_sim.replay_node:main',
             'state_publisher = twinloop_sim.state_publisher_node:main',
-            'twinloop-replay = twinloop_sim.replay_cli:main',
+        ],
+        # `twinloop <command>` (twinloop_bringup.cli dispatches)
+        'twinloop.commands': [
+            'replay = twinloop_sim.replay_cli:main',
         ],
     },
 )

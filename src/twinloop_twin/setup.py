@@ -17,8 +17,9 @@ setup(
     description='The twin data model: versioned immutable twin bundles with provenance, physical parameters with uncertainty, the workcell description and the MuJoCo scene builder.',
     license='Apache-2.0',
     entry_points={
-        'console_scripts': [
-            'twinloop-twin = twinloop_twin.cli:main',
+        # `twinloop <command>` (twinloop_bringup.cli dispatches)
+        'twinloop.commands': [
+            'twin = twinloop_twin.cli:main',
         ],
     },
 )

@@ -25,6 +25,7 @@ from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
 
 from twinloop_twin.motion import demo_motion, period_jitter_ms, rate_hz, tracking_report
 from twinloop_sim.replay import format_report, replay_bag
+from twinloop_ros.clients import not_yet_recorded
 from twinloop_ros.process import NodeProcess, fresh_domain_id
 from twinloop_ros.session import RosSession
 from twinloop_ros.qos import LATCHED
@@ -102,7 +103,6 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosSession) 
             operator_note="make demo: scripted tour through the envelope monitor",
             twin_version=f"{twin.workcell}/v{twin.version}"))
         # The recorder subscribes as it discovers the topics: the tour starts once it records the robot's.
-        from twinloop_logging.recording import not_yet_recorded  # the demo runs the recorder: a runtime need
         if not recording.error.code:
             probe.wait_for(lambda: recorder_status and not not_yet_recorded(
                 recorder_status[-1][1], recording.bag_path, ("/joint_states", "/joint_command")), 10.0,

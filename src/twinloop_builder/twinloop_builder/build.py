@@ -117,7 +117,7 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     parent = load_twin_version(root, workcell, parent_version)
     if not fit_bags:
         raise RecordingError("no fit bag given: record an identification session with split 'fit' "
-                             "(twinloop-build excite --split fit) and pass it")
+                             "(twinloop build excite --split fit) and pass it")
     overlap = set(map(str, fit_bags)) & set(map(str, held_out_bags))
     if overlap:
         raise RecordingError(f"bags {sorted(overlap)} are given as both fit and held-out data; they never mix")

@@ -1,8 +1,8 @@
-"""twinloop-build: record identification sessions and build identified twin versions.
+"""twinloop build: record identification sessions and build identified twin versions.
 
-    twinloop-build excite --kind joints --split fit [--duration 30]     # needs workcell, monitor, recorder
-    twinloop-build excite --kind pushes --split fit
-    twinloop-build build --fit BAG [BAG...] --held-out BAG [...] [--workcell emulated] [--root twins]
+    twinloop build excite --kind joints --split fit [--duration 30]     # needs workcell, monitor, recorder
+    twinloop build excite --kind pushes --split fit
+    twinloop build build --fit BAG [BAG...] --held-out BAG [...] [--workcell emulated] [--root twins]
 
 `build` runs here, in this process (no ROS needed), with progress on stderr; the same
 build is offered by the `twin_builder` node's ~/build action. `excite` sends its targets to
@@ -23,7 +23,7 @@ EXCITATION_FILE = "excitation.yaml"
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="twinloop-build", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="twinloop build", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     excite = sub.add_parser("excite", help="play an excitation while the recorder records it")
     excite.add_argument("--kind", choices=("joints", "pushes"), default="joints")
@@ -70,7 +70,7 @@ def _build(args) -> int:
                                       select=args.select, progress=progress,
                                       settings=IdentificationSettings(max_iterations=args.max_iterations))
     except (RecordingError, IdentificationError, TwinError) as error:
-        print(f"twinloop-build: {error}", file=sys.stderr)
+        print(f"twinloop build: {error}", file=sys.stderr)
         return 2
     print(format_result(built.result))
     print(f"wrote {built.twin.path}")
@@ -103,7 +103,7 @@ def _excite(args) -> int:
     try:
         config = load_excitation_config(args.config)
     except ExcitationError as error:
-        print(f"twinloop-build: {error}", file=sys.stderr)
+        print(f"twinloop build: {error}", file=sys.stderr)
         return 2
     joints = config.joints
     if args.duration is not None:
@@ -116,7 +116,7 @@ def _excite(args) -> int:
         trajectory = (joint_excitation(joints, workcell.home_joint_positions, model, workcell.urdf_xml,
                                        workcell.table_top_height_m) if args.kind == "joints" else None)
     except ExcitationError as error:
-        print(f"twinloop-build: {error}", file=sys.stderr)
+        print(f"twinloop build: {error}", file=sys.stderr)
         return 2
     rclpy.init()
     node = rclpy.create_node("twinloop_excitation")
@@ -151,7 +151,7 @@ def _excite(args) -> int:
             print(f"played {what} ({trajectory.t[-1]:.1f} s)", file=sys.stderr)
 
         bag = recorder.start(split=args.split, output_dir=args.output_dir, twin_version=args.twin,
-                             note=f"twinloop-build excite --kind {args.kind}")
+                             note=f"twinloop build excite --kind {args.kind}")
         print(f"recording {bag}", file=sys.stderr)
         try:
             time.sleep(args.lead_in)  # at rest: the identification starts from a still robot
@@ -173,7 +173,7 @@ def _excite(args) -> int:
             recorder.stop()
         print(bag)
     except (PlayerError, ExcitationError) as error:
-        print(f"twinloop-build: {error}", file=sys.stderr)
+        print(f"twinloop build: {error}", file=sys.stderr)
         code = 3 if isinstance(error, PlayerError) else 2
     finally:
         stop.set()

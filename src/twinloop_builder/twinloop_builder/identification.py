@@ -620,7 +620,7 @@ def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[Reco
         raise IdentificationError("no usable fit recording")
     else:
         guidance.append("no joint excitation among the fit recordings: joint dynamics, gains and the delay keep "
-                        "their prior; record `twinloop-build excite --kind joints`")
+                        "their prior; record `twinloop build excite --kind joints`")
     if variables:
         spec_fixed = {n: v for n, v in values.items() if not any(n in var.targets for var in variables)}
         contact = any(_touches(spec, r) for r in arm_recordings[:1])
@@ -689,7 +689,7 @@ def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[Reco
     elif box_variables:
         for name in BOX_PARAMETERS:
             if name not in estimates:
-                unidentified(name, "no push of the box in the fit data; record `twinloop-build excite --kind pushes`")
+                unidentified(name, "no push of the box in the fit data; record `twinloop build excite --kind pushes`")
         guidance.append("no push in the fit data: box mass and friction keep their prior")
     for name in prior:
         if name not in estimates:

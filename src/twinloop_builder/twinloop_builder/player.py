@@ -14,8 +14,8 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId
 from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
-from twinloop_logging.recording import not_yet_recorded
 from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX
+from twinloop_ros.clients import not_yet_recorded
 from twinloop_ros.qos import COMMANDS, LATCHED, SENSOR
 
 from twinloop_builder.excitation import JointTrajectory, approach

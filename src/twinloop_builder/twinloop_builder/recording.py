@@ -129,7 +129,7 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
                         f"pass it in the right list")
             if session and purpose not in purposes:
                 raise RecordingError(f"bag {path} has purpose '{purpose}', not one of {list(purposes)}: "
-                                     "record an identification session (twinloop-build excite)")
+                                     "record an identification session (twinloop build excite)")
             for topic in (STATE_TOPIC, COMMAND_TOPIC):
                 if topic not in bag.topics or bag.topics[topic].count == 0:
                     raise MissingTopic(f"bag {path} has no {topic} messages (topics: {sorted(bag.topics)}); "
@@ -189,7 +189,7 @@ def check_recording(recording: Recording, *, min_duration_s: float) -> None:
     if recording.duration_s < min_duration_s:
         raise TooShort(f"recording {recording.name} lasts {recording.duration_s:.1f} s, shorter than the "
                        f"{min_duration_s:.1f} s identification needs: record a longer excitation "
-                       "(twinloop-build excite --duration ...)")
+                       "(twinloop build excite --duration ...)")
     if len(recording.command_t) == 0:
         raise MissingTopic(f"recording {recording.name} holds no command: nothing excited the robot")
     if not np.all(np.isfinite(recording.effort[:, [ALL_JOINTS.index(j) for j in COMMANDED_JOINTS]])):

@@ -1,7 +1,7 @@
-"""`twinloop_calibrate`: hand-eye calibration from a bag or a data-set folder; prints the report.
+"""`twinloop calibrate`: hand-eye calibration from a bag or a data-set folder; prints the report.
 
-  twinloop_calibrate --bag bags/calib_0001 --camera wrist_camera --setup eye_in_hand
-  twinloop_calibrate --dataset <industrial_calibration cal_data.yaml> --setup eye_in_hand
+  twinloop calibrate --bag bags/calib_0001 --camera wrist_camera --setup eye_in_hand
+  twinloop calibrate --dataset <industrial_calibration cal_data.yaml> --setup eye_in_hand
 
 Exit codes: 0 success, 2 bad input or data that cannot give a trustworthy result.
 """
@@ -17,7 +17,7 @@ from twinloop_calibration.targets import TargetConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="twinloop_calibrate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="twinloop calibrate", description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--bag", help="recorded calibration bag (twinloop_logging)")
     source.add_argument("--dataset", help="industrial_calibration cal_data.yaml (image/pose pairs)")
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             views, camera, offset = _bag(args)
         result = handeye.calibrate(args.setup, views, camera, options)
     except (CalibrationError, TargetConfigError, FileNotFoundError) as error:
-        print(f"twinloop_calibrate: {error}", file=sys.stderr)
+        print(f"twinloop calibrate: {error}", file=sys.stderr)
         return 2
     print(calibration_io.report(result, time_offset=offset))
     if args.output:

@@ -34,7 +34,7 @@ HUSKY = ROOT.parent / "shared" / "data" / "husky_imu_odom_gps"
 STORE = get_typestore(Stores.ROS2_KILTED)
 JS = "sensor_msgs/msg/JointState"
 T0 = 1_700_000_000_000_000_000
-CLI = Path(sys.executable).with_name("twinloop-bag")
+CLI = [str(Path(sys.executable).with_name("twinloop")), "bag"]  # `twinloop bag`, as a user runs it
 
 
 def joint_state_cdr(i: int, stamp_ns: int | None = None) -> bytes:
@@ -217,7 +217,7 @@ def test_truncated_bag_is_a_clear_error_and_repair_keeps_every_complete_chunk(tm
     with open(mcap_file, "rb") as stream:
         third = make_reader(stream).get_summary().chunk_indexes[2]
     mcap_file.write_bytes(data[:third.chunk_start_offset + third.chunk_length // 2])
-    with pytest.raises(BagCorruptError, match="twinloop-bag repair"):
+    with pytest.raises(BagCorruptError, match="twinloop bag repair"):
         open_bag(path)
     report = repair_bag(path)
     assert report.files[0].status == "recovered" and report.topics == {"/joint_states": 200}
@@ -257,7 +257,7 @@ def test_missing_topic_and_missing_bag_are_clear_errors(tmp_path):
         open_bag(tmp_path / "nope")
     shutil.rmtree(path / "metadata.yaml", ignore_errors=True)
     (path / "metadata.yaml").unlink()
-    with pytest.raises(BagCorruptError, match="twinloop-bag repair"):
+    with pytest.raises(BagCorruptError, match="twinloop bag repair"):
         open_bag(path)
 
 
@@ -307,14 +307,14 @@ def test_profiles_and_sessions_refuse_bad_input():
 # ---------------------------------------------------------------- command line
 
 def test_cli_info_and_repair(tmp_path):
-    out = subprocess.run([str(CLI), "info", str(HUSKY / "husky_test1_rosbag2_mcap_zstd")],
+    out = subprocess.run([*CLI, "info", str(HUSKY / "husky_test1_rosbag2_mcap_zstd")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "/imu/data" in out.stdout and "11865" in out.stdout and "16806" in out.stdout
-    missing = subprocess.run([str(CLI), "info", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
+    missing = subprocess.run([*CLI, "info", str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no bag at" in missing.stderr
     path = write_counter_bag(tmp_path / "bag", 50)
     (path / "metadata.yaml").unlink()
-    repaired = subprocess.run([str(CLI), "repair", str(path)], capture_output=True, text=True, timeout=60)
+    repaired = subprocess.run([*CLI, "repair", str(path)], capture_output=True, text=True, timeout=60)
     assert repaired.returncode == 0 and "intact, 50 messages" in repaired.stdout, repaired.stdout + repaired.stderr
     assert positions(path) == [float(i) for i in range(50)]

@@ -181,7 +181,7 @@ class Bag:
         if path.is_file() and path.suffix in (".mcap", ".db3") and (path.parent / "metadata.yaml").exists():
             path = path.parent  # a file inside a rosbag2 folder: open the folder
         if path.is_dir() and not (path / "metadata.yaml").exists():
-            hint = (f"if the recorder was killed, run `twinloop-bag repair {path}`" if any(path.glob("*.mcap"))
+            hint = (f"if the recorder was killed, run `twinloop bag repair {path}`" if any(path.glob("*.mcap"))
                     else "expected a rosbag2 folder (with metadata.yaml) or a ROS 1 .bag file")
             raise BagCorruptError(f"{path} has no metadata.yaml: {hint}")
         if path.is_file() and path.suffix != ".bag":
@@ -194,7 +194,7 @@ class Bag:
             self._reader = AnyReader([path], default_typestore=get_typestore(Stores.ROS2_KILTED))
             self._reader.open()
         except (AnyReaderError, OSError, ValueError, KeyError) as error:
-            hint = f"; run `twinloop-bag repair {path}` to recover what was written" if self.format.startswith("rosbag2") else ""
+            hint = f"; run `twinloop bag repair {path}` to recover what was written" if self.format.startswith("rosbag2") else ""
             raise BagCorruptError(f"cannot open bag {path}: {error}{hint}") from error
         self.topics: dict[str, TopicInfo] = {}
         for connection in self._reader.connections:
@@ -207,7 +207,7 @@ class Bag:
             info = yaml.safe_load((self.path / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
         except (yaml.YAMLError, KeyError, TypeError) as error:
             raise BagCorruptError(f"{self.path}/metadata.yaml is not rosbag2 metadata ({error}); "
-                                  f"run `twinloop-bag repair {self.path}` to rebuild it") from error
+                                  f"run `twinloop bag repair {self.path}` to rebuild it") from error
         if self.path.joinpath("metadata.yaml").exists() and info.get("storage_identifier") == "sqlite3":
             self.format = "rosbag2-sqlite3"
         elif info.get("storage_identifier") == "mcap":
@@ -273,7 +273,7 @@ class Bag:
                 yield BagMessage(connection.topic, connection.msgtype, log_time, msg)
         except (AnyReaderError, OSError, ValueError) as error:
             raise BagCorruptError(f"bag {self.path} is damaged while reading: {error}; "
-                                  f"run `twinloop-bag repair {self.path}`") from error
+                                  f"run `twinloop bag repair {self.path}`") from error
 
     def _typed(self, topic: str, msgtype: str) -> list:
         self.require(topic, msgtype)

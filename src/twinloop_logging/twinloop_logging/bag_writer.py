@@ -271,7 +271,7 @@ class BagWriter:
                 raise StorageFullError(
                     error.errno, f"storage full while writing {self.path} ({os.strerror(error.errno)}) "
                     f"after {self.bytes_written_safe()} bytes. Everything up to the last complete chunk is "
-                    f"kept; free space, then run `twinloop-bag repair {self.path}`") from error
+                    f"kept; free space, then run `twinloop bag repair {self.path}`") from error
             raise
 
     def bytes_written_safe(self) -> int:

@@ -1,8 +1,8 @@
-"""twinloop-bag: record a profile, inspect a bag, repair a bag.
+"""twinloop bag: record a profile, inspect a bag, repair a bag.
 
-    twinloop-bag record calibration --purpose calibration --split fit [--duration 30]
-    twinloop-bag info bags/20261202T153000Z-emulated_panda-calibration [--json]
-    twinloop-bag repair bags/20261202T153000Z-emulated_panda-calibration
+    twinloop bag record calibration --purpose calibration --split fit [--duration 30]
+    twinloop bag info bags/20261202T153000Z-emulated_panda-calibration [--json]
+    twinloop bag repair bags/20261202T153000Z-emulated_panda-calibration
 
 Exit status: 0 done, 2 bad input (the message says what to do), 1 anything else.
 """
@@ -86,7 +86,7 @@ def _repair(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="twinloop-bag", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="twinloop bag", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     record = sub.add_parser("record", help="record a profile of config/recording.yaml until Ctrl-C")
     record.add_argument("profile")
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     try:
         return {"record": _record, "info": _info, "repair": _repair}[args.command](args)
     except (BagError, RepairError, FileNotFoundError) as error:
-        print(f"twinloop-bag: error: {error}", file=sys.stderr)
+        print(f"twinloop bag: error: {error}", file=sys.stderr)
         return 2
 
 

@@ -26,15 +26,6 @@ MISSING_KEY = "twinloop.missing_topics"
 SKIPPED_KEY = "twinloop.skipped_topics"
 
 
-def not_yet_recorded(status, bag_path: str, required) -> list[str]:
-    """Topics of `required` that a recorder's status (twinloop_interfaces/RecordingStatus)
-    does not list as recorded into `bag_path` yet. The recorder subscribes to a topic once
-    it has discovered a publisher of it, which can take a moment after a session starts;
-    clients that need a topic in the bag from its first message wait for this to be empty."""
-    recorded = {t.topic for t in status.topics} if status.recording and status.bag_path == bag_path else set()
-    return sorted(set(required) - recorded)
-
-
 @dataclass
 class RecordingOptions:
     compress: bool = False

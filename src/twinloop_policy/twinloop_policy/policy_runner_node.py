@@ -13,6 +13,7 @@ import time
 
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.node import Node
+from twinloop_ros.clients import not_yet_recorded
 from twinloop_ros.qos import LATCHED, RELIABLE
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
@@ -20,7 +21,6 @@ from twinloop_interfaces.action import RunTrials
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId, TrialOutcome
 from twinloop_interfaces.srv import ConfirmReset, ResetFault, ResetWorkcell, SetArmed, StartRecording, StopRecording
 
-from twinloop_logging.recording import not_yet_recorded
 from twinloop_policy.policy_spec import PolicyMismatch, PolicySpecError, check_against_robot, load_policy_spec
 from twinloop_policy.runner import ObservationAssembler, PolicyLoop, StaleObservation, goal_reached, load_module
 from twinloop_ros.node import StartupError, declare, make_executor, run_node

@@ -135,7 +135,7 @@ def load_policy_spec(folder: Path | str) -> PolicySpec:
     path = folder / SPEC_FILE
     if not path.is_file():
         raise PolicySpecError(f"{path} does not exist: a policy folder holds {SPEC_FILE} and its module "
-                              "(build one with `make_scripted_policy` or the training export)")
+                              "(build one with `twinloop policy scripted` or the training export)")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:

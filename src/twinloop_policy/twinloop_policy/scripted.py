@@ -7,11 +7,12 @@ law towards the goal with its acceleration and velocity clamped, and outputs the
 reference as the position target. Its steps are therefore smooth enough to pass the
 envelope monitor unchanged.
 
-    make_scripted_policy OUT_DIR [--goal j1 ... j7] [--rate 250] [--timeout 8]
+    twinloop policy scripted OUT_DIR [--goal j1 ... j7] [--rate 250] [--timeout 8]
 """
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -74,21 +75,29 @@ def write_scripted_policy(folder: Path | str, goal: Sequence[float], *, rate_hz:
     return spec
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    from twinloop_twin.workcell import load_workcell
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--goal", type=float, nargs=7, help="arm joint targets, rad (default: home + 0.2 on joint 1)")
     parser.add_argument("--rate", type=float, default=250.0, help="Hz")
     parser.add_argument("--timeout", type=float, default=8.0, help="s per trial")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    from twinloop_twin.workcell import load_workcell
     goal = args.goal
     if goal is None:
         home = load_workcell().home_arm_positions
         goal = [home[0] + 0.2] + home[1:]
     spec = write_scripted_policy(args.folder, goal, rate_hz=args.rate, timeout_s=args.timeout)
     print(f"wrote {spec.folder / 'policy.yaml'} and {spec.module_path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="twinloop policy scripted", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

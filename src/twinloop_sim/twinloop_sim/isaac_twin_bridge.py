@@ -2,7 +2,7 @@
 
     ./python.sh -m twinloop_sim.isaac_twin_bridge --usd twins/emulated/v3/twin.usda [--headless]
 
-(the USD comes from `twinloop-twin export-usd`). It opens the stage, applies the twin's
+(the USD comes from `twinloop twin export-usd`). It opens the stage, applies the twin's
 physics that UsdPhysics cannot express (joint friction loss, armature, mimic finger,
 command delay; written as `twinloop:` attributes by twinloop_twin.usd_export), and wires
 the Isaac Sim ROS 2 bridge to the same topics as the emulated workcell and the MuJoCo sim

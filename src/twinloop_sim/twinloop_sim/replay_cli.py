@@ -1,6 +1,6 @@
-"""twinloop-replay: replay a recorded run in a twin version and report how well it predicts.
+"""twinloop replay: replay a recorded run in a twin version and report how well it predicts.
 
-    twinloop-replay bags/<trial bag> --twin twins/emulated/v3 [--output-dir replays/]
+    twinloop replay bags/<trial bag> --twin twins/emulated/v3 [--output-dir replays/]
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from twinloop_twin.bundle import TwinError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="twinloop-replay", description=__doc__,
+    parser = argparse.ArgumentParser(prog="twinloop replay", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bag", help="recorded bag (rosbag2 folder) with /joint_states and /joint_command")
     parser.add_argument("--twin", required=True, help="twin version folder, e.g. twins/emulated/v0")
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         result, output = replay_bag(args.bag, args.twin, args.output_dir or None,
                                     progress=lambda f, text: print(f"[{f * 100:3.0f}%] {text}", flush=True))
     except (ReplayError, TwinError, FileNotFoundError) as error:
-        print(f"twinloop-replay: {error}", file=sys.stderr)
+        print(f"twinloop replay: {error}", file=sys.stderr)
         return 2
     print(format_report(result))
     if output:

@@ -1,10 +1,10 @@
-"""twinloop-twin: inspect, verify, build and export twin versions.
+"""twinloop twin: inspect, verify, build and export twin versions.
 
-    twinloop-twin build-nominal [--root twins] [--workcell emulated]
-    twinloop-twin list [--root twins] [--workcell emulated]
-    twinloop-twin show twins/emulated/v0          # provenance and parameters (mean ± std)
-    twinloop-twin verify twins/emulated/v0        # re-hash every file
-    twinloop-twin export-usd twins/emulated/v0 out.usda
+    twinloop twin build-nominal [--root twins] [--workcell emulated]
+    twinloop twin list [--root twins] [--workcell emulated]
+    twinloop twin show twins/emulated/v0          # provenance and parameters (mean ± std)
+    twinloop twin verify twins/emulated/v0        # re-hash every file
+    twinloop twin export-usd twins/emulated/v0 out.usda
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from twinloop_twin.bundle import TwinError, list_versions, load_twin
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="twinloop-twin", description=__doc__,
+    parser = argparse.ArgumentParser(prog="twinloop twin", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("build-nominal", "list"):
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except (TwinError, FileNotFoundError, ValueError) as error:
-        print(f"twinloop-twin: {error}", file=sys.stderr)
+        print(f"twinloop twin: {error}", file=sys.stderr)
         return 2
 
 
