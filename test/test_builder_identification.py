@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import mujoco
 import numpy as np
 import pytest
 import yaml
@@ -290,7 +289,6 @@ def test_build_writes_an_identified_twin_version(tmp_path, workcell, short_sessi
     root = tmp_path / "twins"
     build_nominal_twin(root, "emulated")
     fit_bag = write_bag(short_session, tmp_path / "fit_bag")
-    truth = physics_parameters(load_physics(default_config_dir() / "emulated_truth.yaml"), source="t").means()
     held_out_bag = write_bag(short_session, tmp_path / "held_bag", split="held_out")
     with pytest.raises(WrongSplit):  # a held-out bag given as fit data: refused, nothing written
         build_identified_twin(root, "emulated", [held_out_bag])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import fnmatch
 import importlib.util
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 

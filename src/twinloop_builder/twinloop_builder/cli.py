@@ -15,7 +15,6 @@ import argparse
 import dataclasses
 import sys
 import time
-from pathlib import Path
 
 from twinloop_twin.workcell import default_config_dir
 

@@ -103,7 +103,6 @@ def load_excitation_config(path: Path | str) -> ExcitationConfig:
     joints = dict(raw["joints"])
     if "band_hz" in joints:
         joints["band_hz"] = tuple(float(v) for v in joints["band_hz"])
-    amplitude = joints.get("amplitude", {})
     for key in ("amplitude", "acceleration_limits"):
         bad = [j for j in joints.get(key, {}) if j not in COMMANDED_JOINTS]
         if bad:

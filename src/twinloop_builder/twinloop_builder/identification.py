@@ -352,7 +352,6 @@ def _blocked_rollout(block_steps: int):
         nstate = state.shape[1]
         joint_qpos = 1 + model.jnt_qposadr[[model.joint(j).id for j in ALL_JOINTS]]
         box = 1 + model.jnt_qposadr[model.body(BOX_BODY).jntadr[0]]
-        columns = np.concatenate([joint_qpos, np.arange(box, box + 3)])
         outputs = np.empty((n, steps, N_SENSORS))
         buffer_state = np.empty((n, block_steps, nstate))
         buffer_sensor = np.empty((n, block_steps, model.nsensordata))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from twinloop_calibration import se3
-from twinloop_calibration.handeye import Setup, View
+from twinloop_calibration.handeye import View
 from twinloop_calibration.intrinsics import CameraModel
 from twinloop_calibration.targets import Detection, TargetSpec
 

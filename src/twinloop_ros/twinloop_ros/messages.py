@@ -1,7 +1,7 @@
 """Conversions between numpy data and the hardware contract's messages."""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -11,6 +11,9 @@ from tf2_msgs.msg import TFMessage
 
 from twinloop_twin.kinematics import FrameTransform, matrix_to_quaternion_xyzw
 from twinloop_twin.workcell import CameraIntrinsics
+
+if TYPE_CHECKING:  # imported where used: only the scene markers need it
+    from visualization_msgs.msg import MarkerArray
 
 
 

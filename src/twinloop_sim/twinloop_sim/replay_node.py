@@ -15,7 +15,6 @@ from sensor_msgs.msg import JointState
 from twinloop_interfaces.action import Replay
 from twinloop_interfaces.msg import ErrorCode
 
-import mujoco
 from visualization_msgs.msg import MarkerArray
 
 from twinloop_ros.messages import scene_markers, stamp_from_ns
