@@ -20,7 +20,7 @@ from twinloop_interfaces.msg import ErrorCode
 from sensor_msgs.msg import JointState
 
 from twinloop_builder.excitation import JointExcitationConfig, joint_excitation
-from twinloop_builder.player import ExcitationPlayer, RecorderClient
+from twinloop_builder.player_node import ExcitationPlayer, RecorderClient
 from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.bundle import list_versions, load_twin_version
 from twinloop_twin.nominal import build_nominal_twin, physics_parameters

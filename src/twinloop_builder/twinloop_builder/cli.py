@@ -94,7 +94,7 @@ def _excite(args) -> int:
 
     from twinloop_builder.excitation import (ExcitationError, WorkspaceChecker, joint_excitation,
                                              load_excitation_config, motion_limits, push_trajectory)
-    from twinloop_builder.player import ExcitationPlayer, MonitorClient, PlayerError, RecorderClient
+    from twinloop_builder.player_node import ExcitationPlayer, MonitorClient, PlayerError, RecorderClient
     from twinloop_twin.physics import load_physics
     from twinloop_twin.scene import compile_workcell
     from twinloop_twin.workcell import load_workcell

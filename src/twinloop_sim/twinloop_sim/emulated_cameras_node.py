@@ -18,7 +18,7 @@ from sensor_msgs.msg import CameraInfo, Image
 from twinloop_twin.contract import ContractTopics
 from twinloop_ros.messages import camera_info_msg, image_msg, stamp_from_ns
 from twinloop_ros.node import StartupError, declare, run_node
-from twinloop_sim.inputs import load_sim_inputs
+from twinloop_sim.inputs_node import load_sim_inputs
 from twinloop_sim.scene_state import SceneStateReader
 from twinloop_sim.workcell_sim import NO_NOISE, CameraRig
 from twinloop_twin.bundle import load_twin

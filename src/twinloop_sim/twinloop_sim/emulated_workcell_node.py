@@ -10,8 +10,8 @@ bridge's server serving a truth model plus noise; other nodes cannot tell it fro
 from __future__ import annotations
 
 from twinloop_ros.node import make_executor, run_node
-from twinloop_sim.inputs import load_sim_inputs
-from twinloop_sim.workcell_server import ServedModel, WorkcellServer
+from twinloop_sim.inputs_node import load_sim_inputs
+from twinloop_sim.workcell_server_node import ServedModel, WorkcellServer
 from twinloop_sim.workcell_sim import WorkcellSimulation
 
 PARAMETERS = {

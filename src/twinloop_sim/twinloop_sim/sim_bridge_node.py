@@ -16,7 +16,7 @@ from visualization_msgs.msg import MarkerArray
 from twinloop_ros.messages import scene_markers
 from twinloop_ros.node import StartupError, make_executor, run_node
 from twinloop_ros.qos import LATCHED
-from twinloop_sim.workcell_server import ServedModel, WorkcellServer
+from twinloop_sim.workcell_server_node import ServedModel, WorkcellServer
 from twinloop_sim.workcell_sim import WorkcellSimulation
 from twinloop_twin.bundle import TwinError, load_twin
 from twinloop_twin.model_parameters import apply_parameters, sample_parameters
