@@ -226,7 +226,7 @@ def test_truncated_bag_is_a_clear_error_and_repair_keeps_every_complete_chunk(tm
     assert (path / (mcap_file.name + ".damaged")).read_bytes() == data[:third.chunk_start_offset + third.chunk_length // 2]
 
 
-def test_corrupt_chunk_stops_recovery_there(tmp_path):
+def test_corrupt_chunk_costs_only_its_own_messages(tmp_path):
     path = tmp_path / "bag"
     writer = BagWriter(path, chunk_size=1 << 30)
     writer.add_topic("/joint_states", TypeResolver().definition(JS))
@@ -243,9 +243,11 @@ def test_corrupt_chunk_stops_recovery_there(tmp_path):
     del data[-40:]  # and no footer
     mcap_file.write_bytes(bytes(data))
     report = repair_bag(path)
-    assert report.topics == {"/joint_states": 100}, report.text()
-    assert "read stopped" in report.files[0].note
-    assert positions(path) == [float(i) for i in range(100)]
+    # chunk 3, after the damaged one, is kept: only chunk 2's 100 messages are lost (counted
+    # from the message index written after it)
+    assert report.topics == {"/joint_states": 200}, report.text()
+    assert "CRC mismatch, 100 messages" in report.files[0].note and "100 messages lost" in report.files[0].note
+    assert positions(path) == [float(i) for i in list(range(100)) + list(range(200, 300))]
 
 
 def test_missing_topic_and_missing_bag_are_clear_errors(tmp_path):

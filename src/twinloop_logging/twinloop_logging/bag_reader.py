@@ -10,12 +10,16 @@
         js = bag.joint_states()         # JointStateSeries: stamps_ns, names, position (N, J), ...
         q_at_frames = js.at(bag.images("/wrist_camera/color/image_raw").stamps_ns).position
 
-Opens rosbag2 folders (MCAP or sqlite3 storage) and ROS 1 `.bag` files through
-rosbags' AnyReader; messages are rosbags message objects (same fields as the ROS ones).
+Opens rosbag2 folders (MCAP or sqlite3 storage), bare `.mcap` / `.db3` files (as `ros2 bag
+info` does) and ROS 1 `.bag` files through rosbags' AnyReader; messages are rosbags message
+objects (same fields as the ROS ones). Damage found while reading (a chunk whose CRC fails,
+a message that does not decode) is a BagCorruptError naming `twinloop bag repair`;
+`twinloop_logging.integrity.check_bag` finds it without reading messages one by one.
 """
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +27,9 @@ from typing import Iterator
 import numpy as np
 import yaml
 from rosbags.highlevel import AnyReader, AnyReaderError
+from rosbags.rosbag1 import ReaderError as Ros1ReaderError
+from rosbags.rosbag2 import ReaderError as Ros2ReaderError
+from rosbags.serde import SerdeError
 from rosbags.typesys import Stores, get_typestore
 
 from twinloop_logging.session import SESSION_KEY, SessionInfo
@@ -35,6 +42,14 @@ IMU = "sensor_msgs/msg/Imu"
 _PIXELS = {"rgb8": (np.uint8, 3), "bgr8": (np.uint8, 3), "rgba8": (np.uint8, 4), "bgra8": (np.uint8, 4),
            "mono8": (np.uint8, 1), "8UC1": (np.uint8, 1), "mono16": (np.uint16, 1), "16UC1": (np.uint16, 1),
            "32FC1": (np.float32, 1)}
+
+
+# What rosbags raises on a damaged bag (the format's own errors, and what the parsers
+# meet in garbled bytes: lengths past the end, broken strings).
+_READ_ERRORS = (AnyReaderError, Ros1ReaderError, Ros2ReaderError, SerdeError, OSError, ValueError, KeyError,
+                IndexError, TypeError, struct.error, EOFError)
+_DECODE_ERRORS = (SerdeError, AnyReaderError, ValueError, IndexError, TypeError, struct.error, EOFError, OverflowError)
+_STORAGE_SUFFIXES = (".mcap", ".db3")
 
 
 class BagError(Exception):
@@ -178,41 +193,83 @@ class Bag:
         path = Path(path)
         if not path.exists():
             raise BagNotFoundError(f"no bag at {path}")
-        if path.is_file() and path.suffix in (".mcap", ".db3") and (path.parent / "metadata.yaml").exists():
+        if path.is_file() and path.suffix in _STORAGE_SUFFIXES and (path.parent / "metadata.yaml").exists():
             path = path.parent  # a file inside a rosbag2 folder: open the folder
         if path.is_dir() and not (path / "metadata.yaml").exists():
             hint = (f"if the recorder was killed, run `twinloop bag repair {path}`" if any(path.glob("*.mcap"))
-                    else "expected a rosbag2 folder (with metadata.yaml) or a ROS 1 .bag file")
+                    else "expected a rosbag2 folder (with metadata.yaml), an .mcap or .db3 file, or a ROS 1 .bag file")
             raise BagCorruptError(f"{path} has no metadata.yaml: {hint}")
-        if path.is_file() and path.suffix != ".bag":
-            raise BagError(f"{path}: expected a rosbag2 folder (with metadata.yaml) or a ROS 1 .bag file")
+        if path.is_file() and path.suffix not in (".bag",) + _STORAGE_SUFFIXES:
+            raise BagError(f"{path}: expected a rosbag2 folder (with metadata.yaml), an .mcap or .db3 file, "
+                           "or a ROS 1 .bag file")
         self.path = path
-        self.format = "ros1" if path.suffix == ".bag" else "rosbag2"
-        self._custom = self._read_custom_data() if self.format == "rosbag2" else {}
+        if path.suffix == ".bag":
+            self.format, self._custom = "ros1", {}
+        elif path.is_file():
+            self.format = "mcap" if path.suffix == ".mcap" else "sqlite3"
+            self._custom = self._read_file_metadata() if self.format == "mcap" else {}
+        else:
+            self.format = "rosbag2"
+            self._custom = self._read_custom_data()
         try:
             # The Kilted typestore decodes bags that carry no message definitions (old sqlite3 bags).
             self._reader = AnyReader([path], default_typestore=get_typestore(Stores.ROS2_KILTED))
             self._reader.open()
-        except (AnyReaderError, OSError, ValueError, KeyError) as error:
-            hint = f"; run `twinloop bag repair {path}` to recover what was written" if self.format.startswith("rosbag2") else ""
-            raise BagCorruptError(f"cannot open bag {path}: {error}{hint}") from error
-        self.topics: dict[str, TopicInfo] = {}
-        for connection in self._reader.connections:
-            old = self.topics.get(connection.topic)
-            self.topics[connection.topic] = TopicInfo(connection.topic, connection.msgtype,
-                                                      connection.msgcount + (old.count if old else 0))
+            self.topics: dict[str, TopicInfo] = {}
+            for connection in self._reader.connections:
+                old = self.topics.get(connection.topic)
+                self.topics[connection.topic] = TopicInfo(connection.topic, connection.msgtype,
+                                                          int(connection.msgcount) + (old.count if old else 0))
+            self.message_count  # noqa: B018 - read now: a malformed count is an error at open, not later
+        except _READ_ERRORS as error:
+            raise BagCorruptError(f"cannot open bag {path}: {_one_line(error)}{self._repair_hint()}") from error
+
+    def _repair_hint(self) -> str:
+        if self.format == "rosbag2-mcap" or self.format == "rosbag2" and any(self.path.glob("*.mcap")):
+            return f"; run `twinloop bag repair {self.path}` to recover what was written"
+        if self.format == "mcap":
+            return "; to recover what was written, move the file into a folder of its own and run " \
+                   "`twinloop bag repair <folder>`"
+        return ""
 
     def _read_custom_data(self) -> dict[str, str]:
+        where = self.path / "metadata.yaml"
+        hint = f"run `twinloop bag repair {self.path}` to rebuild it"
         try:
-            info = yaml.safe_load((self.path / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
-        except (yaml.YAMLError, KeyError, TypeError) as error:
-            raise BagCorruptError(f"{self.path}/metadata.yaml is not rosbag2 metadata ({error}); "
-                                  f"run `twinloop bag repair {self.path}` to rebuild it") from error
-        if self.path.joinpath("metadata.yaml").exists() and info.get("storage_identifier") == "sqlite3":
+            info = yaml.safe_load(where.read_text())["rosbag2_bagfile_information"]
+        except (yaml.YAMLError, KeyError, TypeError, UnicodeDecodeError) as error:
+            raise BagCorruptError(f"{where} is not rosbag2 metadata ({_one_line(error)}); {hint}") from error
+        if not isinstance(info, dict):
+            raise BagCorruptError(f"{where} is not rosbag2 metadata (no rosbag2_bagfile_information mapping); {hint}")
+        count = info.get("message_count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise BagCorruptError(f"{where}: message_count is {count!r}, not a count; {hint}")
+        custom = info.get("custom_data") or {}
+        if not isinstance(custom, dict) or not all(isinstance(v, str) for v in custom.values()):
+            raise BagCorruptError(f"{where}: custom_data must map names to strings, got {custom!r}; {hint}")
+        if info.get("storage_identifier") == "sqlite3":
             self.format = "rosbag2-sqlite3"
         elif info.get("storage_identifier") == "mcap":
             self.format = "rosbag2-mcap"
-        return dict(info.get("custom_data") or {})
+        for key in (SESSION_KEY, "twinloop.topic_stats"):
+            if key in custom:
+                try:
+                    json.loads(custom[key])
+                except ValueError as error:
+                    raise BagCorruptError(f"{where}: custom_data {key} is not valid JSON ({error}); {hint}") from error
+        return {str(k): v for k, v in custom.items()}
+
+    def _read_file_metadata(self) -> dict[str, str]:
+        """A bare MCAP file: the session the recorder stored in its metadata records."""
+        from mcap.exceptions import McapError
+        from mcap.reader import make_reader
+        try:
+            with open(self.path, "rb") as stream:
+                records = {r.name: r.metadata for r in make_reader(stream).iter_metadata()}
+        except (McapError, OSError, ValueError, struct.error, EOFError):
+            return {}  # no readable summary: AnyReader says what is wrong below
+        session = records.get(SESSION_KEY, {}).get("json")
+        return {SESSION_KEY: session} if session else {}
 
     # -- metadata ------------------------------------------------------------------------
     @property
@@ -234,12 +291,19 @@ class Bag:
     @property
     def session(self) -> SessionInfo | None:
         text = self._custom.get(SESSION_KEY)
-        return SessionInfo.from_json(text) if text else None
+        if not text:
+            return None
+        try:
+            return SessionInfo.from_json(text)
+        except (ValueError, TypeError, AttributeError) as error:
+            raise BagCorruptError(f"bag {self.path}: its session metadata ({SESSION_KEY}) is malformed "
+                                  f"({_one_line(error)}); run `twinloop bag repair {self.path}`") from error
 
     @property
     def topic_stats(self) -> dict[str, dict]:
         text = self._custom.get("twinloop.topic_stats")
-        return json.loads(text) if text else {}
+        stats = json.loads(text) if text else {}
+        return stats if isinstance(stats, dict) else {}
 
     def require(self, topic: str, msgtype: str | None = None) -> TopicInfo:
         if topic not in self.topics:
@@ -270,10 +334,15 @@ class Bag:
                         f"topic '{connection.topic}' holds {connection.msgtype}, whose definition is neither "
                         f"in the bag nor a standard ROS 2 type; read it with messages(raw=True), or record it "
                         f"where its package is installed so that the bag carries its definition") from error
+                except _DECODE_ERRORS as error:
+                    raise BagCorruptError(
+                        f"bag {self.path}: a message on '{connection.topic}' (log time {log_time} ns) does not "
+                        f"decode as {connection.msgtype} ({_one_line(error)}); the bag is damaged"
+                        f"{self._repair_hint() or ''}") from error
                 yield BagMessage(connection.topic, connection.msgtype, log_time, msg)
-        except (AnyReaderError, OSError, ValueError) as error:
-            raise BagCorruptError(f"bag {self.path} is damaged while reading: {error}; "
-                                  f"run `twinloop bag repair {self.path}`") from error
+        except _READ_ERRORS as error:
+            raise BagCorruptError(f"bag {self.path} is damaged: {_one_line(error)} while reading"
+                                  f"{self._repair_hint() or ''}") from error
 
     def _typed(self, topic: str, msgtype: str) -> list:
         self.require(topic, msgtype)
@@ -355,3 +424,12 @@ class Bag:
 
 def open_bag(path: Path | str) -> Bag:
     return Bag(path)
+
+
+def _one_line(error: BaseException) -> str:
+    """An error's text on one line (YAML errors span several, with a caret drawing)."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"{error.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    text = " ".join(str(error).split())
+    return text or type(error).__name__

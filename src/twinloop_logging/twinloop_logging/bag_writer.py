@@ -10,6 +10,7 @@ message definitions, hashes and QoS serialization.
 from __future__ import annotations
 
 import errno
+import math
 import os
 from dataclasses import dataclass, field
 from io import StringIO
@@ -31,6 +32,22 @@ LIBRARY = "twinloop_logging/0.1.0 (mcap python writer)"
 
 class StorageFullError(OSError):
     """The disk (or quota, or file size limit) is full; what was written before is kept."""
+
+
+class BagOptionError(ValueError):
+    """A writer option out of range (split size or duration, chunk size); nothing was created."""
+
+
+def check_options(*, chunk_size: int, split_size_bytes: int, split_duration_s: float) -> None:
+    """Raise BagOptionError naming the first option out of range."""
+    for name, value, low in (("chunk_size", chunk_size, 1), ("split_size_bytes", split_size_bytes, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise BagOptionError(f"{name} must be a whole number of bytes >= {low}"
+                                 f"{' (0: no size split)' if low == 0 else ''}, got {value!r}")
+    if isinstance(split_duration_s, bool) or not isinstance(split_duration_s, (int, float)) \
+            or not math.isfinite(split_duration_s) or split_duration_s < 0:
+        raise BagOptionError(f"split_duration_s must be a finite number of seconds >= 0 (0: no duration split), "
+                             f"got {split_duration_s!r}")
 
 
 @dataclass
@@ -131,6 +148,7 @@ class BagWriter:
                  split_size_bytes: int = 0, split_duration_s: float = 0.0,
                  file_metadata: dict[str, dict[str, str]] | None = None) -> None:
         self.path = Path(path)
+        check_options(chunk_size=chunk_size, split_size_bytes=split_size_bytes, split_duration_s=split_duration_s)
         if self.path.exists():
             raise BagExistsError(f"bag folder {self.path} exists already; a session never overwrites a bag")
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,12 +4,19 @@
     twinloop bag info bags/20261202T153000Z-emulated_panda-calibration [--json]
     twinloop bag repair bags/20261202T153000Z-emulated_panda-calibration
 
-Exit status: 0 done, 2 bad input (the message says what to do), 1 anything else.
+`info` reads a rosbag2 folder, a bare .mcap or .db3 file, or a ROS 1 .bag; for MCAP it
+reads every chunk (CRC-checked) and compares what the files hold with metadata.yaml.
+`repair` works on a bag folder only and changes nothing when the bag is intact.
+
+Exit status: 0 done; 2 bad input: not a bag, a damaged bag (info prints what it could
+read, then what is wrong; repair recovers it), an invalid option (the message says what to
+do); the recorder's own exit status for `record`.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -17,11 +24,20 @@ import time
 from dataclasses import asdict
 
 from twinloop_logging.bag_reader import BagError, open_bag
+from twinloop_logging.integrity import NotMcapError, check_bag
 from twinloop_logging.repair import RepairError, repair_bag
 from twinloop_logging.session import PURPOSES, SPLITS
 
 
+class OptionError(ValueError):
+    """A command-line value out of range; the message says what is allowed."""
+
+
 def _record(args) -> int:
+    for name, value in (("--split-size", args.split_size), ("--split-duration", args.split_duration),
+                        ("--duration", args.duration)):
+        if not math.isfinite(value) or value < 0:
+            raise OptionError(f"{name} must be a finite number >= 0 (0: off), got {value}")
     params = {"autostart_profile": args.profile, "autostart_purpose": args.purpose,
               "autostart_split": args.split, "autostart_session_id": args.session_id,
               "autostart_note": args.note, "split_size_bytes": args.split_size,
@@ -48,6 +64,7 @@ def _record(args) -> int:
 
 def _info(args) -> int:
     with open_bag(args.bag) as bag:
+        check = check_bag(bag.path) if bag.format in ("rosbag2-mcap", "mcap") else None
         session = bag.session
         info = {"path": str(bag.path), "format": bag.format, "messages": bag.message_count,
                 "start_ns": bag.start_ns if bag.message_count else 0,
@@ -57,10 +74,25 @@ def _info(args) -> int:
                            for t in bag.topics.values()},
                 "session": asdict(session) if session else None,
                 "custom_data": {k: v for k, v in bag.custom_data.items() if k not in
-                                ("twinloop.session", "twinloop.topic_stats")}}
+                                ("twinloop.session", "twinloop.topic_stats")},
+                "problems": check.problems if check else []}
+        if check:
+            for name, topic in info["topics"].items():
+                topic["in_files"] = check.topics.get(name, 0)
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
+    else:
+        _print_info(info, session)
+    if check and check.problems:
+        count = len(check.problems)
+        print(f"twinloop bag: error: bag {bag.path} is damaged or not what its metadata says ({count} "
+              f"problem{'s' if count > 1 else ''}, listed above); run `twinloop bag repair "
+              f"{bag.path if bag.path.is_dir() else '<a folder holding only this file>'}`", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _print_info(info: dict, session) -> None:
     print(f"bag:       {info['path']} ({info['format']})")
     print(f"messages:  {info['messages']} over {info['duration_s']:.3f} s")
     if session:
@@ -73,11 +105,12 @@ def _info(args) -> int:
             print(f"annotated: {time.strftime('%H:%M:%S', time.gmtime(a.time_ns / 1e9))}Z {a.note}")
     for key, value in info["custom_data"].items():
         print(f"{key}: {value}")
-    print(f"{'topic':40s} {'type':34s} {'count':>8s} {'expected':>9s} {'dropped':>8s}")
+    print(f"{'topic':40s} {'type':34s} {'count':>8s} {'in files':>9s} {'expected':>9s} {'dropped':>8s}")
     for name, t in sorted(info["topics"].items()):
-        print(f"{name:40s} {t['type']:34s} {t['count']:8d} {str(t.get('expected', '-')):>9s} "
-              f"{str(t.get('dropped_estimate', '-')):>8s}")
-    return 0
+        print(f"{name:40s} {t['type']:34s} {t['count']:8d} {str(t.get('in_files', '-')):>9s} "
+              f"{str(t.get('expected', '-')):>9s} {str(t.get('dropped_estimate', '-')):>8s}")
+    for problem in info["problems"]:
+        print(f"problem:   {problem}")
 
 
 def _repair(args) -> int:
@@ -107,7 +140,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"record": _record, "info": _info, "repair": _repair}[args.command](args)
-    except (BagError, RepairError, FileNotFoundError) as error:
+    except (BagError, RepairError, OptionError, NotMcapError, OSError) as error:
         print(f"twinloop bag: error: {error}", file=sys.stderr)
         return 2
 

@@ -18,6 +18,7 @@ from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, Qo
 from twinloop_interfaces.msg import ErrorCode, RecordingStatus, SessionId, TopicStats
 from twinloop_interfaces.srv import AnnotateRecording, StartRecording, StopRecording
 
+from twinloop_logging.bag_writer import BagOptionError
 from twinloop_logging.profiles import ProfileError, load_profiles, select_profile
 from twinloop_logging.recording import Recording, RecordingOptions, RecordingSnapshot
 from twinloop_logging.session import BagExistsError, SessionError, bag_path_for, new_session
@@ -92,7 +93,7 @@ class Recorder(Node):
             self.recording = Recording(path, session, RecordingOptions(
                 request.compress, request.split_size_bytes, request.split_duration_s, self.p["chunk_size_bytes"],
                 self.p["flush_interval_s"], self.p["max_queue_bytes"]))
-        except (ProfileError, SessionError, BagExistsError, OSError) as error:
+        except (ProfileError, SessionError, BagExistsError, BagOptionError, OSError) as error:
             code = ErrorCode.FILE_NOT_FOUND if type(error) is FileNotFoundError else ErrorCode.INVALID_ARGUMENT
             response.error = ErrorCode(code=code, message=str(error))
             self.get_logger().error(f"start refused: {error}")
