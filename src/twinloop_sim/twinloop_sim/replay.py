@@ -9,6 +9,7 @@ physics rate.
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +62,10 @@ def load_recorded_run(bag_path: Path | str, commandable: list[str]) -> RecordedR
                 raise ReplayError(f"bag {bag_path} has no {COMMAND_TOPIC} messages, so there is nothing to "
                                   "replay: record runs with the 'trial' or 'identification' profile")
             states = bag.joint_states(STATE_TOPIC)
+            if len(states.stamps_ns) < 2:
+                raise ReplayError(f"bag {bag_path} has {len(states.stamps_ns)} {STATE_TOPIC} messages, so there is "
+                                  "no recorded motion to compare the twin with: record the run with the robot's "
+                                  "joint states ('trial' or 'identification' profile)")
             start_ns = int(states.stamps_ns[0])
             # A simulated workcell records when each command took effect (physics clock);
             # otherwise the recorder's receive time stands in for the driver's.
@@ -86,6 +91,12 @@ def load_recorded_run(bag_path: Path | str, commandable: list[str]) -> RecordedR
     if missing:
         raise ReplayError(f"bag {bag_path}: {STATE_TOPIC} lacks joints {missing} of this twin "
                           f"(recorded joints: {states.names}); was it recorded on another robot?")
+    used = [states.names.index(j) for j in commandable]
+    gaps = ~np.isfinite(states.position[:, used]).all(axis=1)
+    if gaps.any():
+        raise ReplayError(f"bag {bag_path}: {int(gaps.sum())} of {len(gaps)} {STATE_TOPIC} messages lack a finite "
+                          f"position of a joint of this twin (first at {states.stamps_ns[gaps.argmax()]} ns); "
+                          "the recording cannot be compared there")
     return RecordedRun(list(states.names), (states.stamps_ns - start_ns) * 1e-9, states.position,
                        sorted(commands, key=lambda c: c[0]), box_t, box_xyz, start_ns)
 
@@ -158,8 +169,11 @@ SIM_PREFIX = "/twinloop/sim"
 
 
 def write_replay_bag(output: Path, run: RecordedRun, result: ReplayResult, *, every: int = 1) -> Path:
-    """The twin's response as a rosbag2 MCAP bag: the recorded topics under /twinloop/sim/."""
+    """The twin's response as a rosbag2 MCAP bag: the recorded topics under /twinloop/sim/.
+    An existing `output` is never overwritten (ReplayError); a write that fails removes the
+    part it wrote, so no half-written bag is left."""
     from twinloop_logging.bag_writer import BagWriter
+    from twinloop_logging.session import BagExistsError
     from twinloop_logging.typedefs import TypeResolver
 
     resolver = TypeResolver()
@@ -169,7 +183,10 @@ def write_replay_bag(output: Path, run: RecordedRun, result: ReplayResult, *, ev
     Pose, PoseStamped, Point, Quaternion = (store.types[t] for t in (
         "geometry_msgs/msg/Pose", "geometry_msgs/msg/PoseStamped", "geometry_msgs/msg/Point",
         "geometry_msgs/msg/Quaternion"))
-    writer = BagWriter(output)
+    try:
+        writer = BagWriter(output)
+    except (BagExistsError, OSError) as error:
+        raise ReplayError(f"cannot write the twin's response bag: {error}") from error
     try:
         writer.add_topic(f"{SIM_PREFIX}/joint_states", resolver.definition("sensor_msgs/msg/JointState"))
         writer.add_topic(f"{SIM_PREFIX}/box_pose", resolver.definition("geometry_msgs/msg/PoseStamped"))
@@ -188,9 +205,18 @@ def write_replay_bag(output: Path, run: RecordedRun, result: ReplayResult, *, ev
                 writer.write(f"{SIM_PREFIX}/box_pose", store.serialize_cdr(box, "geometry_msgs/msg/PoseStamped"), stamp_ns)
         writer.add_metadata("twinloop_replay", {"joint_rmse_rad": str(result.joint_rmse_rad.tolist()),
                                                 "end_effector_rmse_m": str(result.end_effector_rmse_m)})
-    finally:
         writer.close()
+    except BaseException as error:
+        writer.abandon()
+        shutil.rmtree(output, ignore_errors=True)  # only what this call created: the folder did not exist
+        if isinstance(error, OSError):
+            raise ReplayError(f"writing the twin's response bag {output} failed ({error}); nothing was kept") from error
+        raise
     return output
+
+
+def response_bag_path(output_dir: Path | str, bag_path: Path | str, version: int) -> Path:
+    return Path(output_dir) / f"{Path(bag_path).name}-replay-v{version}"
 
 
 def replay_bag(bag_path: Path | str, twin_path: Path | str, output_dir: Path | str | None = None,
@@ -200,16 +226,19 @@ def replay_bag(bag_path: Path | str, twin_path: Path | str, output_dir: Path | s
     from twinloop_twin.nominal import load_scene, load_twin_workcell
 
     twin = load_twin(Path(twin_path))
+    output = response_bag_path(output_dir, bag_path, twin.version) if output_dir else None
+    if output is not None and (output.exists() or output.is_symlink()):
+        raise ReplayError(f"{output} exists already; a replay never overwrites a bag: choose another output "
+                          "folder or move the old response away")
     workcell = load_twin_workcell(twin)
     sim = WorkcellSimulation(workcell, model=load_scene(twin))
     progress(0.05, f"reading {bag_path}")
     run = load_recorded_run(bag_path, list(sim.commandable_joints))
     progress(0.2, f"replaying {run.state_t[-1]:.1f} s in twin {twin.workcell} v{twin.version}")
     result = replay(run, sim, UrdfTransforms(workcell.urdf_xml))
-    output = None
-    if output_dir:
+    if output is not None:
         progress(0.9, "writing the twin's response bag")
-        output = write_replay_bag(Path(output_dir) / f"{Path(bag_path).name}-replay-v{twin.version}", run, result)
+        write_replay_bag(output, run, result)
     progress(1.0, "done")
     return result, output
 
