@@ -4,11 +4,16 @@
     twinloop twin list [--root twins] [--workcell emulated]
     twinloop twin show twins/emulated/v0          # provenance and parameters (mean ± std)
     twinloop twin verify twins/emulated/v0        # re-hash every file
-    twinloop twin export-usd twins/emulated/v0 out.usda
+    twinloop twin export-usd twins/emulated/v0 out.usda   # never over an existing file
+
+Exit codes: 0 done; 2 bad input (no such twin, a twin whose files do not match their
+sha256 or whose twin.yaml is malformed, an existing output; one line on stderr says what
+is wrong and what to do).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -31,9 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _run(args)
-    except (TwinError, FileNotFoundError, ValueError) as error:
-        print(f"twinloop twin: {error}", file=sys.stderr)
+    except (TwinError, OSError, ValueError) as error:
+        print(f"twinloop twin: error: {one_line(error)}", file=sys.stderr)
         return 2
+
+
+def one_line(error: BaseException) -> str:
+    """A multi-line message (a twin's list of mismatched files, a YAML error) on one line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip() and line.strip() != "^"]
+    return "".join(line if not i else (" " if lines[i - 1].endswith(":") else "; ") + line
+                   for i, line in enumerate(lines)) or type(error).__name__
 
 
 def _run(args) -> int:
@@ -42,6 +54,9 @@ def _run(args) -> int:
         bundle = build_nominal_twin(Path(args.root), args.workcell)
         print(f"wrote {bundle.path}")
     elif args.command == "list":
+        if not (Path(args.root) / args.workcell).is_dir():
+            raise TwinError(f"no twins of workcell '{args.workcell}' under {Path(args.root)}; check --root and "
+                            "--workcell, or write v0 with `twinloop twin build-nominal`")
         for version in list_versions(Path(args.root), args.workcell):
             print(f"{args.workcell} v{version}")
     elif args.command == "verify":
@@ -58,9 +73,28 @@ def _run(args) -> int:
             flag = "" if p.identifiable else "  (not identified)"
             print(f"  {name:40s} {p.mean:12.6g} ± {p.std:<10.3g} {p.unit}{flag}")
     elif args.command == "export-usd":
-        from twinloop_twin.usd_export import export_twin_usd
-        print(f"wrote {export_twin_usd(load_twin(Path(args.twin)), Path(args.output))}")
+        print(f"wrote {_export_usd(Path(args.twin), Path(args.output))}")
     return 0
+
+
+def _export_usd(twin_path: Path, output: Path) -> Path:
+    """Export into a temporary file beside `output`, then link it into place: an existing
+    file is never replaced and a failed export leaves nothing behind."""
+    from twinloop_twin.usd_export import export_twin_usd
+    if output.exists() or output.is_symlink():
+        raise FileExistsError(f"{output} exists already; give another output file or move the old one away")
+    if not output.parent.is_dir():
+        raise FileNotFoundError(f"folder {output.parent} does not exist; create it or give another output file")
+    if output.suffix not in (".usda", ".usdc", ".usd"):
+        raise ValueError(f"{output}: the output must end in .usda, .usdc or .usd")
+    twin = load_twin(twin_path)
+    partial = output.with_name(f".{output.stem}.partial-{os.getpid()}{output.suffix}")
+    try:
+        export_twin_usd(twin, partial)
+        os.link(partial, output)  # fails if output appeared meanwhile: nothing is overwritten
+    finally:
+        partial.unlink(missing_ok=True)
+    return output
 
 
 if __name__ == "__main__":
