@@ -41,6 +41,11 @@ FORMAT = "twinloop-policy/1"
 SPEC_FILE = "policy.yaml"
 OBSERVATION_KINDS = ("joint_position", "joint_velocity")
 ACTION_TYPES = ("joint_position",)
+# the keys of each section: anything else is a typo or a newer format, refused by name
+KEYS = {"<top>": {"format", "name", "version", "module", "rate_hz", "action", "observation", "trial", "twin_version",
+                  "randomization", "training"},
+        "action": {"type", "joints"}, "observation[]": {"name", "kind", "joints", "size", "max_age_s"},
+        "trial": {"timeout_s", "goal_joint_positions", "goal_tolerance_rad"}}
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -123,6 +128,19 @@ class _Reader:
             raise self.fail(full, f"must be a finite{' positive' if positive else ''} number, got {value!r}")
         return value
 
+    def known(self, raw: Mapping, section: str, where: str | None = None) -> None:
+        unknown = sorted(str(k) for k in raw if k not in KEYS[section])
+        if unknown and section == "<top>":
+            raise PolicySpecError(f"{self.path}: unknown keys {unknown}; known: {sorted(KEYS[section])}")
+        if unknown:
+            raise self.fail(where or section, f"has unknown keys {unknown}; known: {sorted(KEYS[section])}")
+
+    def mapping(self, raw: Mapping, key: str) -> dict:
+        value = raw.get(key) or {}
+        if not isinstance(value, dict):
+            raise self.fail(key, f"must be a mapping, got {value!r}")
+        return dict(value)
+
     def names(self, raw: Mapping, key: str, full: str) -> tuple[str, ...]:
         value = self.get(raw, key, full, list)
         if not value or not all(isinstance(v, str) and v for v in value) or len(set(value)) != len(value):
@@ -138,17 +156,20 @@ def load_policy_spec(folder: Path | str) -> PolicySpec:
                               "(build one with `twinloop policy scripted` or the training export)")
     try:
         raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise PolicySpecError(f"{path}: not valid YAML ({error})") from error
+    except (yaml.YAMLError, UnicodeDecodeError, OSError) as error:
+        why = " ".join(str(error).split())
+        raise PolicySpecError(f"{path}: cannot be read as YAML ({why})") from error
     r = _Reader(path)
     if not isinstance(raw, dict):
         raise r.fail("<top>", "must be a mapping")
+    r.known(raw, "<top>")
     if raw.get("format") != FORMAT:
         raise r.fail("format", f"is {raw.get('format')!r}; this runner reads {FORMAT!r}")
     name = r.get(raw, "name", "name", str)
     if not _SAFE.fullmatch(name):
         raise r.fail("name", f"{name!r} must be folder-safe (letters, digits, '.', '_', '-')")
     action = r.get(raw, "action", "action", dict)
+    r.known(action, "action")
     if action.get("type") not in ACTION_TYPES:
         raise r.fail("action.type", f"is {action.get('type')!r}; supported: {list(ACTION_TYPES)}")
     terms = []
@@ -156,20 +177,28 @@ def load_policy_spec(folder: Path | str) -> PolicySpec:
         where = f"observation[{i}]"
         if not isinstance(term, dict):
             raise r.fail(where, "must be a mapping")
+        r.known(term, "observation[]", where)
+        size = r.get(term, "size", f"{where}.size", int)
+        if size <= 0:
+            raise r.fail(f"{where}.size", f"must be > 0, got {size}")
         kind = r.get(term, "kind", f"{where}.kind", str)
         if kind not in OBSERVATION_KINDS:
             raise r.fail(f"{where}.kind", f"is {kind!r}; supported: {list(OBSERVATION_KINDS)}")
         terms.append(ObservationTerm(name=r.get(term, "name", f"{where}.name", str), kind=kind,
                                      joints=r.names(term, "joints", f"{where}.joints"),
-                                     size=r.get(term, "size", f"{where}.size", int),
+                                     size=size,
                                      max_age_s=r.get(term, "max_age_s", f"{where}.max_age_s", float, positive=True)))
     if not terms:
         raise r.fail("observation", "lists no term")
     trial = r.get(raw, "trial", "trial", dict)
+    r.known(trial, "trial")
     goal = r.get(trial, "goal_joint_positions", "trial.goal_joint_positions", dict)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in goal.values()):
+    if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for k, v in goal.items()):
         raise r.fail("trial.goal_joint_positions", "must map joint names to finite numbers")
     module = r.get(raw, "module", "module", str)
+    if "/" in module or module in ("", ".", ".."):
+        raise r.fail("module", f"{module!r} must be a file name in the policy folder")
     if not (folder / module).is_file():
         raise r.fail("module", f"names {module!r}, which is not in {folder}")
     return PolicySpec(folder=folder, name=name, version=str(r.get(raw, "version", "version", str)), module=module,
@@ -179,8 +208,8 @@ def load_policy_spec(folder: Path | str) -> PolicySpec:
                       goal_joint_positions={k: float(v) for k, v in goal.items()},
                       goal_tolerance_rad=r.get(trial, "goal_tolerance_rad", "trial.goal_tolerance_rad", float,
                                                positive=True),
-                      twin_version=str(raw.get("twin_version", "")), randomization=dict(raw.get("randomization") or {}),
-                      training=dict(raw.get("training") or {}))
+                      twin_version=str(raw.get("twin_version") or ""), randomization=r.mapping(raw, "randomization"),
+                      training=r.mapping(raw, "training"))
 
 
 def write_policy_spec(spec: PolicySpec) -> Path:

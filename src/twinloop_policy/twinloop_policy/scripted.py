@@ -8,20 +8,32 @@ reference as the position target. Its steps are therefore smooth enough to pass 
 envelope monitor unchanged.
 
     twinloop policy scripted OUT_DIR [--goal j1 ... j7] [--rate 250] [--timeout 8]
+
+OUT_DIR must not exist (or be an empty folder): a policy folder is never overwritten.
+The folder is written beside its final place and renamed into it only once its
+policy.yaml reads back, so a failure leaves nothing. Exit codes: 0 written; 2 bad input
+(a value out of range, an existing OUT_DIR; one line on stderr says what to change).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from twinloop_policy.policy_spec import FORMAT, ObservationTerm, PolicySpec, write_policy_spec
+from twinloop_policy.policy_spec import (FORMAT, ObservationTerm, PolicySpec, PolicySpecError, load_policy_spec,
+                                         write_policy_spec)
 from twinloop_twin.physics import ARM_JOINTS
 
 MODULE_FILE = "policy.pt"
+_LABELS = {"rate_hz": "rate_hz (--rate, Hz)", "timeout_s": "timeout_s (--timeout, s)"}
 
 
 class ScriptedReach(torch.nn.Module):
@@ -57,22 +69,75 @@ def write_scripted_policy(folder: Path | str, goal: Sequence[float], *, rate_hz:
                           timeout_s: float = 8.0, tolerance_rad: float = 0.01, name: str = "scripted_reach",
                           version: str = "1", joints: Sequence[str] = ARM_JOINTS, max_age_s: float = 0.02,
                           observation_size: int | None = None) -> PolicySpec:
-    """Write policy.pt + policy.yaml into `folder` (created). `observation_size` overrides
-    the declared size (to build a deliberately mismatched folder)."""
+    """Write policy.pt + policy.yaml into the new folder `folder`. `observation_size`
+    overrides the declared size (to build a deliberately mismatched folder).
+
+    Raises PolicySpecError for a value out of range and FileExistsError when `folder`
+    exists (unless it is an empty folder); nothing is written then."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    module = torch.jit.script(ScriptedReach(goal, 1.0 / rate_hz))
-    module.save(str(folder / MODULE_FILE))
-    spec = PolicySpec(
-        folder=folder, name=name, version=version, module=MODULE_FILE, rate_hz=float(rate_hz),
-        action_joints=tuple(joints),
-        observation=(ObservationTerm("joint_position", "joint_position", tuple(joints),
-                                     observation_size if observation_size is not None else len(joints), max_age_s),),
-        trial_timeout_s=float(timeout_s), goal_joint_positions=dict(zip(joints, map(float, goal))),
-        goal_tolerance_rad=float(tolerance_rad), twin_version="", randomization={},
-        training={"method": "scripted (not trained)", "format": FORMAT})
-    write_policy_spec(spec)
-    return spec
+    goal = _check_values(goal, joints, rate_hz=rate_hz, timeout_s=timeout_s, tolerance_rad=tolerance_rad,
+                         max_age_s=max_age_s)
+    if folder.is_symlink() or folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        what = "a folder that is not empty" if folder.is_dir() else "a file"
+        raise FileExistsError(f"{folder} exists already ({what}); a policy folder is never overwritten: "
+                              "give a new folder")
+    created = _make_parents(folder.parent)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            module = torch.jit.script(ScriptedReach(goal, 1.0 / rate_hz))
+            module.save(str(staging / MODULE_FILE))
+            spec = PolicySpec(
+                folder=staging, name=name, version=version, module=MODULE_FILE, rate_hz=float(rate_hz),
+                action_joints=tuple(joints),
+                observation=(ObservationTerm("joint_position", "joint_position", tuple(joints),
+                                             observation_size if observation_size is not None else len(joints),
+                                             float(max_age_s)),),
+                trial_timeout_s=float(timeout_s), goal_joint_positions=dict(zip(joints, goal)),
+                goal_tolerance_rad=float(tolerance_rad), twin_version="", randomization={},
+                training={"method": "scripted (not trained)", "format": FORMAT})
+            write_policy_spec(spec)
+            load_policy_spec(staging)  # what the runner will read must read back
+            staging.chmod(0o755)  # mkdtemp makes it private
+            os.rename(staging, folder)  # onto nothing or an empty folder; never over a policy
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    except BaseException:
+        for parent in created:  # only folders this call made, and only while empty
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        raise
+    return dataclasses.replace(spec, folder=folder)
+
+
+def _check_values(goal: Sequence[float], joints: Sequence[str], **positive: float) -> list[float]:
+    """The goal as floats; raises PolicySpecError naming the first value out of range."""
+    values = list(goal)
+    if len(values) != len(joints):
+        raise PolicySpecError(f"the goal has {len(values)} values for {len(joints)} joints {list(joints)}")
+    for joint, value in zip(joints, values):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise PolicySpecError(f"goal of {joint} must be a finite number of radians, got {value!r}")
+    for name, value in positive.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise PolicySpecError(f"{_LABELS.get(name, name)} must be a finite number > 0, got {value!r}")
+    return [float(v) for v in values]
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create `folder` and its missing parents; returns those created, deepest first."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, so no policy folder can be made under it")
+    for path in reversed(missing):
+        path.mkdir()
+    return missing
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,12 +148,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from twinloop_twin.workcell import load_workcell
-    goal = args.goal
-    if goal is None:
-        home = load_workcell().home_arm_positions
-        goal = [home[0] + 0.2] + home[1:]
-    spec = write_scripted_policy(args.folder, goal, rate_hz=args.rate, timeout_s=args.timeout)
+    from twinloop_twin.workcell import WorkcellConfigError, load_workcell
+    try:
+        goal = args.goal
+        if goal is None:
+            home = load_workcell().home_arm_positions
+            goal = [home[0] + 0.2] + home[1:]
+        spec = write_scripted_policy(args.folder, goal, rate_hz=args.rate, timeout_s=args.timeout)
+    except (PolicySpecError, WorkcellConfigError, OSError) as error:
+        print(f"twinloop policy scripted: error: {error}", file=sys.stderr)
+        return 2
     print(f"wrote {spec.folder / 'policy.yaml'} and {spec.module_path}")
     return 0
 
