@@ -88,53 +88,100 @@ class JointTrajectory:
 
 
 def load_excitation_config(path: Path | str) -> ExcitationConfig:
-    """config/excitation.yaml: `joints:` (JointExcitationConfig keys) and `pushes:` (a list)."""
+    """config/excitation.yaml: `joints:` (JointExcitationConfig keys) and `pushes:` (a list).
+
+    Every value is checked (type, finite, range) and every key known; ExcitationError names
+    the first one that is not, with what is allowed."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ExcitationError(f"{path}: cannot read the excitation file ({error})") from error
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as error:
+        why = " ".join(str(error).split())
+        raise ExcitationError(f"{path}: cannot read the excitation file ({why})") from error
     if not isinstance(raw, dict) or set(raw) != {"joints", "pushes"}:
-        raise ExcitationError(f"{path}: expected exactly the keys 'joints' and 'pushes'")
+        got = sorted(map(str, raw)) if isinstance(raw, dict) else type(raw).__name__
+        raise ExcitationError(f"{path}: expected exactly the keys 'joints' and 'pushes', got {got}")
+    if not isinstance(raw["joints"], dict):
+        raise ExcitationError(f"{path}: 'joints' must be a mapping of JointExcitationConfig keys, "
+                              f"got {raw['joints']!r}")
     known = set(JointExcitationConfig.__dataclass_fields__)
-    unknown = set(raw["joints"]) - known
+    unknown = set(map(str, raw["joints"])) - known
     if unknown:
         raise ExcitationError(f"{path}: unknown keys {sorted(unknown)} under 'joints'; known: {sorted(known)}")
     joints = dict(raw["joints"])
-    if "band_hz" in joints:
-        joints["band_hz"] = tuple(float(v) for v in joints["band_hz"])
     for key in ("amplitude", "acceleration_limits"):
+        if key in joints and not isinstance(joints[key], dict):
+            raise ExcitationError(f"{path}: joints.{key} must map joint names to numbers, got {joints[key]!r}")
         bad = [j for j in joints.get(key, {}) if j not in COMMANDED_JOINTS]
         if bad:
             raise ExcitationError(f"{path}: {key} names {bad}, which are not commanded joints "
                                   f"{list(COMMANDED_JOINTS)}")
+    if isinstance(joints.get("band_hz"), list):
+        joints["band_hz"] = tuple(joints["band_hz"])
     if "acceleration_limits" in joints:  # a partial list keeps the defaults of the others
         joints["acceleration_limits"] = {**DEFAULT_ACCELERATION_LIMITS, **joints["acceleration_limits"]}
+    if raw["pushes"] is not None and not isinstance(raw["pushes"], list):
+        raise ExcitationError(f"{path}: 'pushes' must be a list of pushes (or empty), got {raw['pushes']!r}")
+    push_keys = set(PushConfig.__dataclass_fields__)
     pushes = []
     for i, push in enumerate(raw["pushes"] or []):
-        try:
-            pushes.append(PushConfig(**push))
-        except TypeError as error:
-            raise ExcitationError(f"{path}: push {i}: {error}; keys are direction_deg, offset_m, distance_m, "
-                                  "speed_m_s") from error
+        if not isinstance(push, dict) or not set(map(str, push)) <= push_keys or "direction_deg" not in push:
+            raise ExcitationError(f"{path}: push {i} must be a mapping with direction_deg and optionally "
+                                  f"offset_m, distance_m, speed_m_s; got {push!r}")
+        pushes.append(PushConfig(**push))
     config = ExcitationConfig(JointExcitationConfig(**joints), tuple(pushes))
     _validate(config, path)
     return config
 
 
+def check_joint_config(config: JointExcitationConfig, source: object = "joint excitation") -> None:
+    """Raise ExcitationError naming the first value of `config` that is of the wrong type,
+    not finite, or out of range (a NaN amplitude would silently leave its joint still)."""
+    def number(name: str, value, *, low: float | None = None, high: float | None = None,
+               strict_low: bool = True) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ExcitationError(f"{source}: {name} must be a finite number, got {value!r}")
+        if low is not None and (value <= low if strict_low else value < low) or high is not None and value > high:
+            bounds = f"{'>' if strict_low else '>='} {low}" if low is not None else ""
+            bounds += (" and " if bounds and high is not None else "") + (f"<= {high}" if high is not None else "")
+            raise ExcitationError(f"{source}: {name} must be {bounds}, got {value!r}")
+        return float(value)
+
+    number("duration_s", config.duration_s, low=0.0)
+    number("ramp_s", config.ramp_s, low=0.0)
+    if not isinstance(config.band_hz, (tuple, list)) or len(config.band_hz) != 2:
+        raise ExcitationError(f"{source}: band_hz must be [low, high] in Hz, got {config.band_hz!r}")
+    for value in config.band_hz:
+        number("band_hz", value, low=0.0)
+    for name in ("components", "seed"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or name == "components" and value < 1:
+            raise ExcitationError(f"{source}: {name} must be a whole number{' >= 1' if name == 'components' else ''}"
+                                  f", got {value!r}")
+    for joint, value in dict(config.amplitude).items():
+        number(f"amplitude of {joint}", value, low=0.0, strict_low=False)
+    for joint, value in dict(config.acceleration_limits).items():
+        number(f"acceleration_limits of {joint}", value, low=0.0)
+    number("velocity_fraction", config.velocity_fraction, low=0.0, high=1.0)
+    number("position_margin_rad", config.position_margin_rad, low=0.0, strict_low=False)
+    number("min_tcp_height_m", config.min_tcp_height_m)
+    number("command_rate_hz", config.command_rate_hz, low=0.0)
+    if config.duration_s <= 2 * config.ramp_s:
+        raise ExcitationError(f"{source}: duration_s ({config.duration_s}) must exceed twice ramp_s "
+                              f"({config.ramp_s})")
+    if not config.band_hz[0] < config.band_hz[1]:
+        raise ExcitationError(f"{source}: band_hz must be [low, high] with 0 < low < high, got {config.band_hz}")
+
+
 def _validate(config: ExcitationConfig, source) -> None:
-    j = config.joints
-    if j.duration_s <= 2 * j.ramp_s:
-        raise ExcitationError(f"{source}: duration_s ({j.duration_s}) must exceed twice ramp_s ({j.ramp_s})")
-    if not 0 < j.band_hz[0] < j.band_hz[1]:
-        raise ExcitationError(f"{source}: band_hz must be [low, high] with 0 < low < high, got {j.band_hz}")
-    if not 0 < j.velocity_fraction <= 1:
-        raise ExcitationError(f"{source}: velocity_fraction must be in (0, 1], got {j.velocity_fraction}")
-    if any(not v > 0 for v in j.acceleration_limits.values()):
-        raise ExcitationError(f"{source}: acceleration_limits must be > 0, got {dict(j.acceleration_limits)}")
-    for push in config.pushes:
+    check_joint_config(config.joints, source)
+    for i, push in enumerate(config.pushes):
+        for name in PushConfig.__dataclass_fields__:
+            value = getattr(push, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ExcitationError(f"{source}: push {i}: {name} must be a finite number, got {value!r}")
         if push.distance_m <= 0 or push.speed_m_s <= 0:
-            raise ExcitationError(f"{source}: pushes need distance_m > 0 and speed_m_s > 0, got {push}")
+            raise ExcitationError(f"{source}: push {i} needs distance_m > 0 and speed_m_s > 0, got {push}")
 
 
 def velocity_limits(urdf_xml: str) -> dict[str, float]:
@@ -205,8 +252,10 @@ def joint_excitation(config: JointExcitationConfig, home: Mapping[str, float], m
                      urdf_xml: str, table_height_m: float, *, excite: tuple[str, ...] | None = None) -> JointTrajectory:
     """A multi-sine excitation of the commanded joints (all, or those in `excite`) around `home`.
 
-    Raises ExcitationError when no amplitude scale passes the safety checks.
+    Raises ExcitationError for a config value out of range (check_joint_config) and when
+    no amplitude scale passes the safety checks.
     """
+    check_joint_config(config)
     rng = np.random.default_rng(config.seed)
     dt = 1.0 / config.command_rate_hz
     t = np.arange(0.0, config.duration_s + dt / 2, dt)
