@@ -30,5 +30,7 @@ def generate_launch_description() -> LaunchDescription:
             launch_arguments={'share_dir': share_dir, 'truth_file': truth_file, 'use_rviz': 'false'}.items()),
         IncludeLaunchDescription(
             PythonLaunchDescriptionSource(PathJoinSubstitution([share_dir, 'launch', 'stack.launch.py'])),
-            launch_arguments={'share_dir': share_dir, 'use_sim_time': 'false', 'gui': gui}.items()),
+            launch_arguments={'share_dir': share_dir, 'use_sim_time': 'false', 'gui': gui,
+                              # the emulated workcell resets the scene between trials
+                              'simulated': 'true', 'reset_service': '/emulated_workcell/reset'}.items()),
     ])

@@ -1,5 +1,6 @@
-"""The twinloop stack, whatever the workcell: recorder, envelope monitor, policy runner,
-calibration server, replay server, the twin ghost, and RViz (gui:=true).
+"""The twinloop stack, whatever the workcell: the node set of twinloop_bringup.node_set
+(recorder, envelope monitor, policy runner, calibration server, twin builder, replay
+server, the twin ghost's robot_state_publisher) and RViz (gui:=true).
 
 Included by workcell.launch.py (a real robot), emulated.launch.py (the emulated workcell)
 and sim.launch.py (a twin in MuJoCo or Isaac Sim); not meant to be launched alone.
@@ -12,44 +13,51 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
+from twinloop_bringup.launch_support import WorkcellDescription, stack_launch_nodes
+
 
 def generate_launch_description() -> LaunchDescription:
     share_dir = LaunchConfiguration('share_dir')
     use_sim_time = LaunchConfiguration('use_sim_time')
     gui = LaunchConfiguration('gui')
+    workcell_urdf = LaunchConfiguration('workcell_urdf')
+    robot_urdf = LaunchConfiguration('robot_urdf')
+    reset_service = LaunchConfiguration('reset_service')
+    simulated = LaunchConfiguration('simulated')
+    config_dir = PathJoinSubstitution([share_dir, 'config'])
     sim_time = {'use_sim_time': ParameterValue(use_sim_time, value_type=bool)}
-
-    def config(name):
-        return PathJoinSubstitution([share_dir, 'config', name])
 
     arguments = [
         DeclareLaunchArgument(
             'share_dir',
             default_value=EnvironmentVariable('TWINLOOP_SHARE', default_value=FindPackageShare('twinloop_bringup')),
-            description='folder holding twinloop config/ and urdf/ (default: $TWINLOOP_SHARE, else the share of twinloop_bringup)'),
+            description='folder holding twinloop config/ and urdf/ '
+                        '(default: $TWINLOOP_SHARE, else the share of twinloop_bringup)'),
         DeclareLaunchArgument('use_sim_time', default_value='false',
                               description='true when a simulator publishes /clock (sim.launch.py)'),
         DeclareLaunchArgument('gui', default_value='true', description='start RViz with config/twinloop.rviz'),
+        DeclareLaunchArgument('workcell_urdf', default_value=PathJoinSubstitution([share_dir, 'urdf', 'workcell.urdf']),
+                              description='the workcell around the robot, composed with robot_urdf for the ghost'),
+        DeclareLaunchArgument('robot_urdf', default_value='',
+                              description="the robot's URDF; empty: the Panda of example-robot-data"),
+        DeclareLaunchArgument('simulated', default_value='true',
+                              description='true: a simulator resets the scene between trials (reset_service); '
+                                          'false (hardware): the policy runner asks the operator to confirm'),
+        DeclareLaunchArgument('reset_service', default_value='/emulated_workcell/reset',
+                              description="the simulator's ResetWorkcell service (when simulated)"),
     ]
-    nodes = [
-        Node(package='twinloop_logging', executable='recorder', name='recorder', output='screen',
-             parameters=[config('recorder.yaml'), sim_time]),
-        # The only writer of /joint_command.
-        Node(package='twinloop_safety', executable='envelope_monitor', name='envelope_monitor', output='screen',
-             parameters=[config('envelope.yaml'), sim_time]),
-        Node(package='twinloop_policy', executable='policy_runner', name='policy_runner', output='screen',
-             parameters=[config('policy_runner.yaml'), sim_time]),
-        Node(package='twinloop_calibration', executable='calibration_server', name='calibration_server',
-             output='screen', parameters=[config('calibration.yaml'), sim_time]),
-        Node(package='twinloop_sim', executable='replay_server', name='replay_server', output='screen',
-             parameters=[sim_time]),
-        # The twin's predicted robot (replays) as a ghost: frames prefixed ghost/.
-        Node(package='robot_state_publisher', executable='robot_state_publisher', name='ghost_state_publisher',
-             output='screen', remappings=[('joint_states', '/twinloop/sim/joint_states'),
-                                          ('robot_description', '/ghost_state_publisher/robot_description')],
-             parameters=[{'frame_prefix': 'ghost/', 'robot_description': ParameterValue(
-                 EnvironmentVariable('TWINLOOP_ROBOT_DESCRIPTION', default_value=''), value_type=str)}, sim_time]),
-        Node(package='rviz2', executable='rviz2', name='rviz2', output='screen',
-             arguments=['-d', config('twinloop.rviz')], parameters=[sim_time], condition=IfCondition(gui)),
-    ]
-    return LaunchDescription([*arguments, SetEnvironmentVariable('TWINLOOP_SHARE', share_dir), *nodes])
+    nodes = stack_launch_nodes(config_dir, common=[sim_time], overrides={
+        'policy_runner': {
+            'simulated': ParameterValue(simulated, value_type=bool),
+            'reset_service': ParameterValue(reset_service, value_type=str),
+        },
+        # The twin's predicted robot (replays) as a ghost: the same description the
+        # workcell publishes, frames prefixed ghost/.
+        'ghost_state_publisher': {
+            'robot_description': ParameterValue(WorkcellDescription(workcell_urdf, robot_urdf), value_type=str),
+        },
+    })
+    rviz = Node(package='rviz2', executable='rviz2', name='rviz2', output='screen',
+                arguments=['-d', PathJoinSubstitution([share_dir, 'config', 'twinloop.rviz'])],
+                parameters=[sim_time], condition=IfCondition(gui))
+    return LaunchDescription([*arguments, SetEnvironmentVariable('TWINLOOP_SHARE', share_dir), *nodes, rviz])

@@ -225,6 +225,24 @@ def test_launch_file_starts_declared_executables(relative):
                 "a known external executable (EXTERNAL_EXECUTABLES)")
 
 
+def test_stack_node_set_starts_declared_executables():
+    # stack.launch.py and replay.launch.py build their nodes from the node set
+    # (twinloop_bringup.launch_support), not from literal Node(...) calls.
+    from twinloop_bringup.node_set import STACK
+
+    for node in STACK:
+        if (SRC / node.package).is_dir():
+            scripts = console_scripts(node.package)
+            assert node.executable in scripts, f"node set: {node.package} has no console script '{node.executable}'"
+            assert scripts[node.executable].partition(":")[0] == node.module, (
+                f"node set: {node.name} runs {scripts[node.executable]} under ros2 launch but {node.module} "
+                "under twinloop bringup")
+        else:
+            assert (node.package, node.executable) in EXTERNAL_EXECUTABLES, node
+        if node.params_file:
+            assert (ROOT / "config" / node.params_file).is_file(), f"node set: {node.name}: no config/{node.params_file}"
+
+
 @pytest.mark.parametrize("relative", _files_of("launch"))
 def test_launch_arguments_are_declared_and_used(relative):
     tree = _launch_tree(relative)
