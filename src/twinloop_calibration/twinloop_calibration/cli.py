@@ -8,12 +8,14 @@ Exit codes: 0 success, 2 bad input or data that cannot give a trustworthy result
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 from twinloop_calibration import calibration_io, handeye
 from twinloop_calibration.degeneracy import CalibrationError
 from twinloop_calibration.targets import TargetConfigError
+from twinloop_twin.workcell import WorkcellConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rotation-std-deg", type=float, default=1.0)
     parser.add_argument("--output", help="write the calibration YAML here")
     args = parser.parse_args(argv)
+    problem = _check_options(args)
+    if problem:
+        print(f"twinloop calibrate: error: {problem}", file=sys.stderr)
+        return 2
     options = handeye.Options(bootstrap=args.bootstrap, max_translation_std_m=args.max_translation_std_m,
                               max_rotation_std_deg=args.max_rotation_std_deg)
     offset = None
@@ -43,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             views, camera, offset = _bag(args)
         result = handeye.calibrate(args.setup, views, camera, options)
-    except (CalibrationError, TargetConfigError, FileNotFoundError) as error:
-        print(f"twinloop calibrate: {error}", file=sys.stderr)
+    except (CalibrationError, TargetConfigError, WorkcellConfigError, OSError) as error:
+        print(f"twinloop calibrate: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     print(calibration_io.report(result, time_offset=offset))
     if args.output:
@@ -55,6 +61,19 @@ def main(argv: list[str] | None = None) -> int:
             time_offset=offset)
         print(f"written: {calibration_io.write_calibration(args.output, document)}")
     return 0
+
+
+def _check_options(args) -> str:
+    """What is wrong with the numeric options or the output, before any work; '' if nothing."""
+    if args.bootstrap < 0:
+        return f"--bootstrap must be >= 0 (0: no bootstrap), got {args.bootstrap}"
+    for name in ("max_translation_std_m", "max_rotation_std_deg"):
+        value = getattr(args, name)
+        if not math.isfinite(value) or value <= 0:
+            return f"--{name.replace('_', '-')} must be a finite number > 0, got {value}"
+    if args.output and (Path(args.output).exists() or Path(args.output).is_symlink()):
+        return f"{args.output} exists already; a calibration is never overwritten: give another --output"
+    return ""
 
 
 def _bag(args):

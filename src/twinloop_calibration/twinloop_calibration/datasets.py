@@ -6,6 +6,7 @@ the target (`target_finder`) and nominal intrinsics.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,14 +15,22 @@ import numpy as np
 import yaml
 
 from twinloop_calibration import se3
-from twinloop_calibration.degeneracy import DegenerateData, InconsistentInput
+from twinloop_calibration.degeneracy import DegenerateData
 from twinloop_calibration.handeye import View, pair_views
 from twinloop_calibration.intrinsics import CameraModel
 from twinloop_calibration.targets import TargetDetector, TargetNotFound, TargetSpec
 
 
 class DatasetError(FileNotFoundError):
-    """A data set file is missing or malformed; the message names it."""
+    """A data set file is missing or malformed; the message names the file, the key and what is allowed."""
+
+
+# Keys of industrial_calibration's cal_data.yaml (its examples and GUI loader); anything
+# else is a typo, refused by name rather than ignored.
+KNOWN_KEYS = ("data", "target_finder", "intrinsics", "camera_mount_to_camera_guess", "target_mount_to_target_guess",
+              "homography_threshold", "static_camera", "use_extrinsic_guesses", "use_opencv")
+TARGET_FINDER_KEYS = ("type", "rows", "cols", "spacing", "circle_detector_params")
+POSE_KEYS = ("x", "y", "z", "qx", "qy", "qz", "qw")
 
 
 @dataclass(frozen=True)
@@ -35,33 +44,49 @@ class Dataset:
 
 def load_industrial_calibration(cal_data: Path | str, *, min_views: int = 5) -> Dataset:
     path = Path(cal_data)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise DatasetError(f"cannot read {path}: {error}") from error
-    if not isinstance(raw, dict) or not isinstance(raw.get("data"), list):
-        raise DatasetError(f"{path}: expected a 'data' list of {{pose, image}} entries")
-    finder = raw.get("target_finder", {})
-    if "CircleGrid" not in str(finder.get("type", "")):
-        raise DatasetError(f"{path}: target_finder type {finder.get('type')!r} is not supported; "
-                           "only (modified) circle grids")
-    target = TargetSpec("cal_data_target", "circle_grid", int(finder["cols"]), int(finder["rows"]),
-                        float(finder["spacing"]),
-                        origin_marker="large_dot" if "Modified" in finder["type"] else "none")
-    intrinsics = raw.get("intrinsics", {})
-    camera_matrix = np.array([[intrinsics["fx"], 0.0, intrinsics["cx"]], [0.0, intrinsics["fy"], intrinsics["cy"]],
-                              [0.0, 0.0, 1.0]], dtype=float)
+    raw = _read_yaml(path, "the data set")
+    if not isinstance(raw, dict):
+        raise DatasetError(f"{path}: expected a mapping with 'data', 'target_finder' and 'intrinsics'")
+    unknown = sorted(str(k) for k in raw if k not in KNOWN_KEYS)
+    if unknown:
+        raise DatasetError(f"{path}: unknown keys {unknown}; an industrial_calibration cal_data.yaml has "
+                           f"{list(KNOWN_KEYS)}")
+    if not isinstance(raw.get("data"), list) or not raw["data"]:
+        raise DatasetError(f"{path}: expected a non-empty 'data' list of {{pose, image}} entries")
+    finder = _section(path, raw, "target_finder")
+    unknown = sorted(str(k) for k in finder if k not in TARGET_FINDER_KEYS)
+    if unknown:
+        raise DatasetError(f"{path}: unknown keys {unknown} in target_finder; known: {list(TARGET_FINDER_KEYS)}")
+    kind = finder.get("type")
+    if not isinstance(kind, str) or "CircleGrid" not in kind:
+        raise DatasetError(f"{path}: target_finder type {kind!r} is not supported; only (modified) circle grids")
+    cols, rows = (_whole(path, finder, key, "target_finder", low=2) for key in ("cols", "rows"))
+    target = TargetSpec("cal_data_target", "circle_grid", cols, rows,
+                        _number(path, finder, "spacing", "target_finder", positive=True),
+                        origin_marker="large_dot" if "Modified" in kind else "none")
+    intrinsics = _section(path, raw, "intrinsics")
+    fx, fy = (_number(path, intrinsics, key, "intrinsics", positive=True) for key in ("fx", "fy"))
+    cx, cy = (_number(path, intrinsics, key, "intrinsics") for key in ("cx", "cy"))
+    camera_matrix = np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
+    for key in ("camera_mount_to_camera_guess", "target_mount_to_target_guess"):
+        if key in raw:
+            _pose_values(path, _section(path, raw, key), key)
+    if "homography_threshold" in raw:
+        _number(path, raw, "homography_threshold", "", positive=True)
+    for key in ("static_camera", "use_extrinsic_guesses", "use_opencv"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise DatasetError(f"{path}: '{key}' must be true or false, got {raw[key]!r}")
     detector = TargetDetector(target)
     poses, detections, labels = [], [], []
     size = (0, 0)
-    for entry in raw["data"]:
-        if not isinstance(entry, dict) or "pose" not in entry or "image" not in entry:
-            raise InconsistentInput(f"{path}: every data entry needs both 'pose' and 'image', got {entry!r}")
+    for i, entry in enumerate(raw["data"]):
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry[k] for k in ("pose", "image")):
+            raise DatasetError(f"{path}: data[{i}] needs both 'pose' and 'image' (file names), got {entry!r}")
         poses.append(_pose(path.parent / entry["pose"]))
         image_path = path.parent / entry["image"]
         image = cv2.imread(str(image_path), cv2.IMREAD_GRAYSCALE)
         if image is None:
-            raise DatasetError(f"cannot read image {image_path}")
+            raise DatasetError(f"cannot read image {image_path} (data[{i}] of {path}): missing or not an image")
         size = (image.shape[1], image.shape[0])
         labels.append(entry["image"])
         try:
@@ -76,9 +101,59 @@ def load_industrial_calibration(cal_data: Path | str, *, min_views: int = 5) -> 
                    bool(raw.get("static_camera", False)))
 
 
-def _pose(path: Path) -> np.ndarray:
+def _read_yaml(path: Path, what: str):
     try:
-        raw = yaml.safe_load(path.read_text())
-        return se3.from_xyz_quat([raw["x"], raw["y"], raw["z"]], [raw["qx"], raw["qy"], raw["qz"], raw["qw"]])
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
-        raise DatasetError(f"cannot read pose {path} (x y z qx qy qz qw): {error}") from error
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as error:
+        why = " ".join(str(error).split())
+        raise DatasetError(f"cannot read {what} {path}: {why}") from error
+
+
+def _section(path: Path, raw: dict, key: str) -> dict:
+    if key not in raw:
+        raise DatasetError(f"{path}: '{key}' is missing; the data set must state it (see industrial_calibration's "
+                           "cal_data.yaml)")
+    if not isinstance(raw[key], dict):
+        raise DatasetError(f"{path}: '{key}' must be a mapping, got {raw[key]!r}")
+    return raw[key]
+
+
+def _number(path: Path, raw: dict, key: str, section: str, *, positive: bool = False) -> float:
+    where = f"{section}.{key}" if section else key
+    if key not in raw:
+        raise DatasetError(f"{path}: '{where}' is missing")
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or positive and value <= 0:
+        raise DatasetError(f"{path}: '{where}' must be a finite{' positive' if positive else ''} number, "
+                           f"got {value!r}")
+    return float(value)
+
+
+def _whole(path: Path, raw: dict, key: str, section: str, *, low: int) -> int:
+    if key not in raw:
+        raise DatasetError(f"{path}: '{section}.{key}' is missing")
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise DatasetError(f"{path}: '{section}.{key}' must be a whole number >= {low}, got {value!r}")
+    return value
+
+
+def _pose_values(path: Path, raw: dict, what: str) -> list[float]:
+    """x y z qx qy qz qw, finite, with a unit quaternion (metres)."""
+    unknown = sorted(str(k) for k in raw if k not in POSE_KEYS)
+    if unknown:
+        raise DatasetError(f"{path}: unknown keys {unknown} in {what}; a pose has {list(POSE_KEYS)}")
+    values = [_number(path, raw, key, "" if what == "the pose" else what) for key in POSE_KEYS]
+    norm = math.sqrt(sum(v * v for v in values[3:]))
+    if abs(norm - 1.0) > 1e-3:
+        raise DatasetError(f"{path}: the quaternion of {what} has norm {norm:.6f}; it must be a unit quaternion")
+    return values
+
+
+def _pose(path: Path) -> np.ndarray:
+    raw = _read_yaml(path, "pose")
+    if not isinstance(raw, dict):
+        raise DatasetError(f"{path}: a pose file holds x y z qx qy qz qw (metres), got {raw!r}")
+    values = _pose_values(path, raw, "the pose")
+    return se3.from_xyz_quat(values[:3], values[3:])

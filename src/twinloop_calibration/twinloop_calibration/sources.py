@@ -51,6 +51,18 @@ def views_from_bag(path: Path | str, *, camera_name: str, detector: TargetDetect
             images = bag.images(f"/{camera_name}/color/image_raw", every=every, max_frames=max_frames)
     except BagError as error:
         raise SourceError(f"cannot read the calibration bag {path}: {error}") from error
+    # Messages without the arm's joints (a gripper publishing its own) or with non-finite
+    # positions cannot place the gripper: left out; too few left is an error.
+    keep = np.isfinite(joints.position).all(axis=1) if joints.position.size else np.zeros(0, dtype=bool)
+    if keep.sum() < 2:
+        raise SourceError(f"the calibration bag {path} has {int(keep.sum())} /joint_states messages with finite "
+                          f"positions of {joint_names} (of {len(keep)}); record the calibration with the robot's "
+                          "joint states")
+    joints = type(joints)(joints.stamps_ns[keep], joints.names, joints.position[keep], joints.velocity[keep],
+                          joints.effort[keep])
+    if not np.isfinite(info.k[-1]).all() or info.k[-1][0, 0] <= 0 or info.k[-1][1, 1] <= 0:
+        raise SourceError(f"/{camera_name}/color/camera_info in {path} has no usable intrinsics (K = "
+                          f"{info.k[-1].ravel().tolist()}); record the camera's calibrated camera_info")
     camera = from_camera_info(info.k[-1].ravel(), info.d[-1], info.width, info.height)
     stamps, detections = [], []
     for stamp, frame in zip(images.stamps_ns, images.frames):
@@ -84,12 +96,25 @@ def planner_limits_from_envelope(path: Path | str, base: PlannerLimits) -> Plann
         raw = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as error:
         raise SourceError(f"cannot read the envelope parameters {path}: {error}") from error
-    section = next((v.get("ros__parameters", {}) for k, v in (raw or {}).items() if k.endswith("envelope_monitor")), {})
+    if raw is not None and not isinstance(raw, dict):
+        raise SourceError(f"{path}: expected a mapping of node names to their ros__parameters")
+    section = next((v.get("ros__parameters", {}) for k, v in (raw or {}).items()
+                    if str(k).endswith("envelope_monitor") and isinstance(v, dict)), {})
     if not section:
         return base
-    margin = float(section.get("cartesian_margin_m", 0.0)) + 0.03
-    low = np.maximum(base.workspace_min_m, np.asarray(section.get("workspace_min", base.workspace_min_m)) + margin)
-    high = np.minimum(base.workspace_max_m, np.asarray(section.get("workspace_max", base.workspace_max_m)) - margin)
-    joint_margin = max([base.joint_margin_rad, *[float(m) + 0.05 for m in section.get("position_margins", [])[:7]]])
+    try:
+        margin = float(section.get("cartesian_margin_m", 0.0)) + 0.03
+        low = np.maximum(base.workspace_min_m,
+                         np.asarray(section.get("workspace_min", base.workspace_min_m), dtype=float) + margin)
+        high = np.minimum(base.workspace_max_m,
+                          np.asarray(section.get("workspace_max", base.workspace_max_m), dtype=float) - margin)
+        joint_margin = max([base.joint_margin_rad,
+                            *[float(m) + 0.05 for m in list(section.get("position_margins", []))[:7]]])
+    except (TypeError, ValueError) as error:
+        raise SourceError(f"{path}: envelope_monitor parameters cartesian_margin_m, workspace_min/max and "
+                          f"position_margins must be numbers ({error})") from error
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and np.isfinite(joint_margin)) \
+            or low.shape != (3,) or high.shape != (3,):
+        raise SourceError(f"{path}: the envelope's workspace and margins must be finite (x, y, z) values")
     return PlannerLimits(tuple(float(v) for v in low), tuple(float(v) for v in high), joint_margin,
                          base.image_margin_px, base.distance_m, base.max_tilt_deg, base.max_roll_deg)
