@@ -23,6 +23,7 @@ setup(
         # `twinloop <command>` (twinloop_bringup.cli dispatches)
         'twinloop.commands': [
             'bag = twinloop_logging.cli:main',
+            'record = twinloop_logging.record_cli:main',
         ],
     },
 )

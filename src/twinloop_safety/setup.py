@@ -20,5 +20,9 @@ setup(
         'console_scripts': [
             'envelope_monitor = twinloop_safety.envelope_monitor_node:main',
         ],
+        # `twinloop <command>` (twinloop_bringup.cli dispatches)
+        'twinloop.commands': [
+            'monitor = twinloop_safety.monitor_cli:main',
+        ],
     },
 )

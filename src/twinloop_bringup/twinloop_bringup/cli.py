@@ -24,19 +24,29 @@ def registered_commands() -> dict[str, EntryPoint]:
 
 
 def summary(entry_point: EntryPoint) -> str:
-    """First line of the command module's docstring, read from its source (no import)."""
-    module = entry_point.value.split(":", 1)[0]
+    """First line of the command's docstring, read from its source (no import): the entry
+    function's where it names the command ("twinloop trials: ..."; several commands can
+    share a module), else the module's."""
+    module, _, function = entry_point.value.partition(":")
     try:
         spec = importlib.util.find_spec(module)
         if spec is None or spec.origin is None:
             return ""
         with open(spec.origin, encoding="utf-8") as source:
-            doc = ast.get_docstring(ast.parse(source.read())) or ""
+            tree = ast.parse(source.read())
     except (ImportError, OSError, SyntaxError, ValueError):
         return ""
-    first = doc.strip().splitlines()[0] if doc.strip() else ""
-    # "twinloop bag: record, inspect, repair bags" -> "record, inspect, repair bags"
-    return first.split(":", 1)[1].strip() if first.startswith("twinloop") and ":" in first else first
+    docs = [ast.get_docstring(node) or "" for node in tree.body
+            if isinstance(node, ast.FunctionDef) and node.name == function.strip()]
+    first = _first_line(docs[0]) if docs else ""
+    if not first.startswith(f"twinloop {entry_point.name}:"):
+        first = _first_line(ast.get_docstring(tree) or "")
+    # "twinloop bag: record, inspect, repair bags" (or "`twinloop bag`: ...") -> "record, inspect, repair bags"
+    return first.split(":", 1)[1].strip() if first.lstrip("`").startswith("twinloop") and ":" in first else first
+
+
+def _first_line(doc: str) -> str:
+    return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
 def usage(commands: dict[str, EntryPoint]) -> str:

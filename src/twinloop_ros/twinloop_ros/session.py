@@ -11,6 +11,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
+from rclpy.signals import SignalHandlerOptions
 
 from twinloop_twin.workcell import default_config_dir
 
@@ -20,6 +21,9 @@ class RosSession:
 
     What a command-line tool, the demo or a test uses to talk to running nodes: subscribe
     and collect, wait for a condition, call a service, without owning the main thread.
+    It installs no signal handlers: Ctrl-C stays a KeyboardInterrupt in the main thread,
+    so a tool can still use the context to cancel its goal (rclpy's handler would shut
+    the context down first).
     """
 
     def __init__(self, domain_id: int | None = None, name: str = "twinloop_session") -> None:
@@ -30,7 +34,7 @@ class RosSession:
             domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0)
         self.domain_id = domain_id
         self.context = Context()
-        rclpy.init(context=self.context, domain_id=domain_id)
+        rclpy.init(context=self.context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
         self.node = Node(name, context=self.context)
         self._executor = SingleThreadedExecutor(context=self.context)
         self._executor.add_node(self.node)
