@@ -24,7 +24,7 @@ from twinloop_logging.bag_reader import (BagCorruptError, BagNotFoundError, Miss
 from twinloop_logging.bag_writer import BagWriter
 from twinloop_logging.drops import TopicAccount, header_stamp_ns
 from twinloop_logging.profiles import ProfileError, parse_profiles, select_profile
-from twinloop_logging.recording import Recording, RecordingOptions
+from twinloop_logging.recording import RecordingOptions, SessionWriter
 from twinloop_logging.repair import repair_bag
 from twinloop_logging.session import BagExistsError, SessionError, new_session
 from twinloop_logging.typedefs import TypeResolver, UnknownMessageType
@@ -137,7 +137,7 @@ def test_split_loses_no_message(tmp_path, options):
 def test_session_metadata_and_drops_are_stored(tmp_path):
     session = new_session("trial", "held_out", robot="panda", twin_version="emulated/v3", policy_version="push/v1",
                           operator_note="box at the left")
-    recording = Recording(tmp_path / "bag", session, RecordingOptions(flush_interval_s=0.05))
+    recording = SessionWriter(tmp_path / "bag", session, RecordingOptions(flush_interval_s=0.05))
     recording.add_topic("/joint_states", TypeResolver().definition(JS), [])
     for i in range(200):
         if i in (50, 51, 120):  # never delivered: the publisher's sequence numbers skip them

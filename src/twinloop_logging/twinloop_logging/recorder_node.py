@@ -20,7 +20,7 @@ from twinloop_interfaces.srv import AnnotateRecording, StartRecording, StopRecor
 
 from twinloop_logging.bag_writer import BagOptionError
 from twinloop_logging.profiles import ProfileError, load_profiles, select_profile
-from twinloop_logging.recording import Recording, RecordingOptions, RecordingSnapshot
+from twinloop_logging.recording import RecordingOptions, RecordingSnapshot, SessionWriter
 from twinloop_logging.session import BagExistsError, SessionError, bag_path_for, new_session
 from twinloop_logging.typedefs import TypeResolver, UnknownMessageType
 from twinloop_ros.node import StartupError, declare, run_node
@@ -55,7 +55,7 @@ class Recorder(Node):
         except ProfileError as error:
             raise StartupError(str(error)) from error
         self.types = TypeResolver()
-        self.recording: Recording | None = None
+        self.recording: SessionWriter | None = None
         self.profile = None
         self.subs: dict = {}
         self.last_status = RecordingStatus(message="idle")
@@ -90,7 +90,7 @@ class Recorder(Node):
                                   twin_version=request.twin_version, policy_version=request.policy_version,
                                   trial_index=s.trial_index)
             path = bag_path_for(request.output_dir or self.p["output_dir"], session, unique=not s.session_id)
-            self.recording = Recording(path, session, RecordingOptions(
+            self.recording = SessionWriter(path, session, RecordingOptions(
                 request.compress, request.split_size_bytes, request.split_duration_s, self.p["chunk_size_bytes"],
                 self.p["flush_interval_s"], self.p["max_queue_bytes"]))
         except (ProfileError, SessionError, BagExistsError, BagOptionError, OSError) as error:

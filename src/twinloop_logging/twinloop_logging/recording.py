@@ -47,7 +47,7 @@ class RecordingSnapshot:
     message: str
 
 
-class Recording:
+class SessionWriter:
     def __init__(self, path: Path | str, session: SessionInfo, options: RecordingOptions | None = None) -> None:
         self.options = options or RecordingOptions()
         self.session = session
