@@ -20,10 +20,10 @@ from visualization_msgs.msg import MarkerArray
 from twinloop_ros.messages import scene_markers, stamp_from_ns
 from twinloop_ros.node import declare, run_node
 from twinloop_sim.replay import SIM_PREFIX, ReplayError, replay_bag
-from twinloop_sim.sim_bridge_node import SCENE_BODIES
 from twinloop_ros.qos import LATCHED, STREAM
 from twinloop_twin.bundle import TwinError, latest_version, load_twin
 from twinloop_twin.nominal import load_scene
+from twinloop_twin.scene import SCENE_BODIES
 
 GHOST_RATE_HZ = 50.0
 

@@ -21,6 +21,7 @@ from twinloop_sim.workcell_sim import WorkcellSimulation
 from twinloop_twin.bundle import TwinError, load_twin
 from twinloop_twin.model_parameters import apply_parameters, sample_parameters
 from twinloop_twin.nominal import load_scene, load_twin_workcell
+from twinloop_twin.scene import SCENE_BODIES
 
 PARAMETERS = {
     "twin_path": ("", "twin version folder (twins/<workcell>/v<N>) to serve"),
@@ -28,8 +29,6 @@ PARAMETERS = {
     "sample_posterior": (False, "draw the twin's physical parameters from its posterior at every reset"),
 }
 
-
-SCENE_BODIES = ["table", "charuco_board", "static_camera_stand", "box"]
 
 
 class SimBridge(WorkcellServer):

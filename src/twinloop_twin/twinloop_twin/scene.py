@@ -61,6 +61,8 @@ def command_delay_of(mujoco_delay_s: float, timestep_s: float = TIMESTEP_S) -> f
 MAX_COMMAND_DELAY_S = 0.1  # history buffer length; identification may set delays up to this
 ROBOT_ROOT_BODY = "panda_link0"
 GRIPPER_ACTUATOR = "panda_gripper"  # drives panda_finger_joint1; finger 2 follows by equality
+# The cell around the robot (links of urdf/workcell.urdf): what RViz draws as the twin's scene.
+SCENE_BODIES = ("table", "charuco_board", "static_camera_stand", "box")
 CACHE_ENV = "TWINLOOP_CACHE"
 
 # MuJoCo cameras look along -z with +y up; REP-103 optical frames look along +z with +y
