@@ -1,26 +1,35 @@
 """`twinloop build excite` over DDS: the excitation reaches the emulated workcell only
 through the envelope monitor, armed per played trajectory, and the identification bag
-holds the robot's topics from the start of the motion.
+holds the robot's topics from the start of the motion; a robot resting a hair beyond a
+joint limit (the gripper on its open stop) is moved from there without a fault.
 
 Processes: emulated workcell (cameras off) + envelope monitor (EnvelopeCell), recorder,
-and the CLI itself, on one private localhost domain.
+and the CLI itself, on one private localhost domain. The player's schedule is checked in
+this process.
 """
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus
 
+from twinloop_builder.excitation import JointExcitationConfig, JointTrajectory, motion_limits
+from twinloop_builder.player_node import ExcitationPlayer, joint_ranges
 from twinloop_logging.bag_reader import Bag
-from twinloop_ros.testing import RELIABLE, EnvelopeCell, stamp_s
+from twinloop_ros.testing import RELIABLE, EnvelopeCell, RosSession, fresh_domain_id, stamp_s
 from twinloop_ros.testing import NodeProcess, localhost_env
+from twinloop_twin.physics import COMMANDED_JOINTS, load_physics
+from twinloop_twin.scene import compile_workcell
+from twinloop_twin.workcell import default_config_dir, load_workcell
 
 pytestmark = pytest.mark.ros
 WATCHDOG_S = 0.25  # monitor watchdogs, as the demo's on a shared 2-core host
+FINGER = "panda_finger_joint1"  # URDF range [0, 0.04] m; home is its upper limit (open)
 
 
 def start_cell(log_dir, **monitor_parameters) -> EnvelopeCell:
@@ -107,3 +116,91 @@ def test_pushes_go_through_the_monitor_and_move_the_box(tmp_path):
         assert moved > 0.03, moved  # three pushes of 4-5 cm past contact
     finally:
         cell.close()
+
+
+def test_excite_starts_from_a_gripper_resting_beyond_its_limit(tmp_path):
+    # The gripper pressed 0.3 mm past its open stop (a real gripper reports a hair beyond
+    # its limit) and joint 1 resting 0.05 rad off home: the player moves from the measured
+    # pose to the excitation's start, and must not command the finger beyond 0.04 m.
+    cell = start_cell(tmp_path)
+    try:
+        cell.set_armed(False)
+        # The finger rests on its stop at 0.04 m; its encoder (50 um noise) reads beyond
+        # that about every other sample.
+        cell.reset_workcell({"panda_joint1": cell.home["panda_joint1"] + 0.05, FINGER: 0.04})
+        time.sleep(0.5)
+        resting = cell.measured()
+        beyond = [s[FINGER] > 0.04 for _, (_, s) in cell.joint_states[-200:]]
+        assert 0.2 < np.mean(beyond) < 0.8, np.mean(beyond)
+        sent = cell.probe.collect(JointState, "/twinloop/builder/command", RELIABLE)
+        done = excite(cell, "--kind", "joints", "--split", "fit", "--duration", "4")
+        assert done.returncode == 0, done.stderr + cell.monitor.log()
+        assert "from the measured pose to its start" in done.stderr, done.stderr
+        cell.probe.wait_for(lambda: len(sent) >= 1001, 5.0, "the probe's copy of the targets")
+        first = dict(zip(sent[0][1].name, sent[0][1].position))
+        print(f"finger measured {resting[FINGER]:.5f} m before, first target {first[FINGER]:.5f} m")
+        assert max(dict(zip(m.name, m.position))[FINGER] for _, m in sent) <= 0.04, "a target beyond the limit"
+        assert abs(first["panda_joint1"] - resting["panda_joint1"]) < 2e-3  # it starts where the arm rests
+        status = cell.latest_status()
+        assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
+        assert status.commands_rejected == 0
+        # A second excite from wherever the first left the robot: no fault either.
+        done = excite(cell, "--kind", "joints", "--split", "held_out", "--duration", "4", "--seed", "7")
+        assert done.returncode == 0, done.stderr + cell.monitor.log()
+    finally:
+        cell.close()
+
+
+def test_the_move_to_the_start_begins_inside_the_joint_range():
+    # Measured 0.12 mm beyond the finger's open stop and 0.05 rad off on joint 1: the move
+    # to the trajectory's start begins at the measured pose clipped into the URDF range.
+    session = RosSession(fresh_domain_id(), name="player_start_test")
+    try:
+        workcell = load_workcell()
+        model = compile_workcell(workcell, load_physics(default_config_dir() / "nominal_physics.yaml"))
+        player = ExcitationPlayer(session.node, command_topic="/twinloop/test/command",
+                                  limits=motion_limits(JointExcitationConfig(), workcell.urdf_xml),
+                                  position_range=joint_ranges(model))
+        home = workcell.home_joint_positions
+        player.measured = dict(home, panda_joint1=home["panda_joint1"] + 0.05, **{FINGER: 0.04012})
+        start = np.array([home[j] for j in COMMANDED_JOINTS])
+        trajectory = JointTrajectory(np.arange(10) * 0.004, COMMANDED_JOINTS, np.tile(start, (10, 1)))
+        rows = []
+        publish = player.publisher.publish
+        player.publisher.publish = lambda msg: (rows.append(dict(zip(msg.name, msg.position))), publish(msg))
+        lead_s = player.play(trajectory)
+        assert lead_s > 0.1 and len(rows) > 10
+        assert rows[0][FINGER] == 0.04 and rows[0]["panda_joint1"] == home["panda_joint1"] + 0.05
+        assert all(row[FINGER] <= 0.04 for row in rows)
+        assert rows[-1] == dict(zip(COMMANDED_JOINTS, start))
+    finally:
+        session.close()
+
+
+def test_a_player_that_falls_behind_shifts_its_schedule_instead_of_bursting():
+    # Rows published late in a burst jump the robot's target ahead by as many rows; the
+    # player shifts the rest of its schedule instead, so rows stay a period apart.
+    session = RosSession(fresh_domain_id(), name="player_schedule_test")
+    try:
+        player = ExcitationPlayer(session.node, command_topic="/twinloop/test/command")
+        period = 0.004
+        positions = np.tile(np.linspace(0.0, 0.1, 150)[:, None], (1, len(COMMANDED_JOINTS)))
+        trajectory = JointTrajectory(np.arange(150) * period, COMMANDED_JOINTS, positions)
+        published = []
+        publish = player.publisher.publish
+        player.publisher.publish = lambda msg: (published.append(time.monotonic()), publish(msg))
+        rows = iter(range(150))
+        # stop() is asked before each row: at row 50 the player is held up for 60 ms.
+        player.play(trajectory, stop=lambda: next(rows) == 50 and bool(time.sleep(0.06)))
+        assert len(published) == 150  # every row, in order
+        published = np.array(published)
+        # Rows in any 12 ms (3 periods): 4 falling due, plus one held up between the check of
+        # its time and its publication (a loaded host) and sent right before its successor.
+        # A burst would put the 15 rows that fell due during the 60 ms within a millisecond.
+        crowded = max(int(np.sum((published >= t) & (published < t + 0.012))) for t in published)
+        print(f"schedule shifts {np.round(player.schedule_shifts_s, 4)} s; most rows in 12 ms: {crowded}")
+        assert crowded <= 6, crowded
+        assert any(s >= 0.055 for s in player.schedule_shifts_s), player.schedule_shifts_s
+        assert published[-1] - published[0] >= 149 * period + 0.055
+    finally:
+        session.close()

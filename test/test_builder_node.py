@@ -20,7 +20,7 @@ from twinloop_interfaces.msg import ErrorCode
 from sensor_msgs.msg import JointState
 
 from twinloop_builder.excitation import JointExcitationConfig, joint_excitation
-from twinloop_builder.player_node import ExcitationPlayer, RecorderClient
+from twinloop_builder.player_node import ExcitationPlayer, IdentificationRecorder
 from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.bundle import list_versions, load_twin_version
 from twinloop_twin.nominal import build_nominal_twin, physics_parameters
@@ -57,7 +57,7 @@ def cell(tmp_path_factory):
     workcell = load_workcell()
     model = compile_workcell(workcell, load_physics(default_config_dir() / "nominal_physics.yaml"))
     # No envelope monitor in this cell: the test stands in for it and writes /joint_command.
-    player, recorder = ExcitationPlayer(probe.node, command_topic="/joint_command"), RecorderClient(probe.node)
+    player, recorder = ExcitationPlayer(probe.node, command_topic="/joint_command"), IdentificationRecorder(probe.node)
     bags = {}
     for split, duration, seed in (("fit", 8.0, 0), ("held_out", 5.0, 7)):
         trajectory = joint_excitation(JointExcitationConfig(duration_s=duration, ramp_s=1.0, amplitude=AMPLITUDE,

@@ -94,7 +94,8 @@ def _excite(args) -> int:
 
     from twinloop_builder.excitation import (ExcitationError, WorkspaceChecker, joint_excitation,
                                              load_excitation_config, motion_limits, push_trajectory)
-    from twinloop_builder.player_node import ExcitationPlayer, MonitorClient, PlayerError, RecorderClient
+    from twinloop_builder.player_node import (ExcitationMonitor, ExcitationPlayer, IdentificationRecorder,
+                                              PlayerError, joint_ranges)
     from twinloop_twin.physics import load_physics
     from twinloop_twin.scene import compile_workcell
     from twinloop_twin.workcell import load_workcell
@@ -128,9 +129,10 @@ def _excite(args) -> int:
     code = 0
     try:
         limits = motion_limits(joints, workcell.urdf_xml)
-        player = ExcitationPlayer(node, command_topic=args.command_topic, limits=limits)
-        recorder = RecorderClient(node)
-        monitor = MonitorClient(node, args.monitor) if args.monitor else None
+        player = ExcitationPlayer(node, command_topic=args.command_topic, limits=limits,
+                                  position_range=joint_ranges(model))
+        recorder = IdentificationRecorder(node)
+        monitor = ExcitationMonitor(node, args.monitor) if args.monitor else None
 
         def play(trajectory, what: str) -> None:
             # Armed right before the first target and disarmed as the stream ends: the

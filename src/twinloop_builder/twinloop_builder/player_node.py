@@ -1,22 +1,23 @@
 """Plays excitation trajectories on a workcell through the envelope monitor while the
 recorder records an identification session. Helpers that attach to a node (no node of
-its own) that another thread spins.
+their own) that another thread spins; the monitor and the recorder are driven through
+twinloop_ros.clients, and their failures become `PlayerError`s that say what to do.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping, Sequence
 
+import mujoco
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId
-from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
+from twinloop_interfaces.msg import SessionId
+from twinloop_ros.clients import ClientError, EnvelopeClient, RecorderClient
+from twinloop_ros.qos import COMMANDS, SENSOR
 from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX
-from twinloop_ros.clients import not_yet_recorded
-from twinloop_ros.qos import COMMANDS, LATCHED, SENSOR
+from twinloop_twin.physics import COMMANDED_JOINTS
 
 from twinloop_builder.excitation import JointTrajectory, approach
 
@@ -28,27 +29,31 @@ class PlayerError(RuntimeError):
     """The session could not be played or recorded; the message says what to check."""
 
 
-@dataclass
-class RecordedSession:
-    bag_path: str
-    session_id: str
-    duration_s: float
-
-
 class ExcitationPlayer:
     """Publishes JointTrajectory rows on a command topic at their times (wall clock): the
-    envelope monitor's input on a workcell, /joint_command itself only on a bench without one."""
+    envelope monitor's input on a workcell, /joint_command itself only on a bench without one.
+
+    Every row is published, in order, one period apart: the monitor reads each message as
+    one step. When the player falls behind by more than a period (a loaded host) it shifts
+    the rest of the schedule instead of publishing the late rows in a burst: the robot's
+    target then pauses and goes on, where a burst would make it jump ahead by as many rows
+    as were late (at 1 rad/s, 40 ms late is a 40 mrad jump of the target).
+    """
 
     def __init__(self, node: Node, *, command_topic: str = "/twinloop/builder/command",
                  box_topic: str = "/twinloop/emulated_workcell/box_pose", joint_states_topic: str = "/joint_states",
-                 limits: tuple[Mapping[str, float], Mapping[str, float]] | None = None) -> None:
+                 limits: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
+                 position_range: Mapping[str, tuple[float, float]] | None = None) -> None:
         self.node = node
         self.publisher = node.create_publisher(JointState, command_topic, COMMANDS)
         self.box_xyz: np.ndarray | None = None
         # (speed, acceleration) limits: with them, play() first moves from the measured
         # position to the trajectory's start (see excitation.approach).
         self.limits = limits
+        # (lower, upper) per joint: the move from the measured pose starts inside them.
+        self.position_range = dict(position_range or {})
         self.measured: dict[str, float] = {}
+        self.schedule_shifts_s: list[float] = []  # how far each shifted the schedule, last play()
         node.create_subscription(JointState, joint_states_topic,
                                  lambda msg: self.measured.update(zip(msg.name, msg.position)),
                                  SENSOR)
@@ -59,26 +64,55 @@ class ExcitationPlayer:
         p = msg.pose.position
         self.box_xyz = np.array([p.x, p.y, p.z])
 
-    def play(self, trajectory: JointTrajectory, stop=lambda: False) -> float:
+    def start_pose(self) -> dict[str, float]:
+        """The measured pose, each joint clipped into its position range. A joint can read a
+        hair beyond a limit (encoder noise at a stop: the gripper rests on its open stop at
+        home); a move that starts from that reading would command a target beyond the limit."""
+        pose = dict(self.measured)
+        for joint, (lower, upper) in self.position_range.items():
+            if joint in pose:
+                pose[joint] = min(max(pose[joint], lower), upper)
+        return pose
+
+    def play(self, trajectory: JointTrajectory, stop: Callable[[], bool] = lambda: False) -> float:
         """Publish the rows at their times; ends early once `stop()` is true (a monitor fault).
         Returns how long the move from the measured pose to the start took (0: none needed)."""
         lead = None
         if self.limits is not None:
-            lead = approach(dict(self.measured), trajectory, max_speed=self.limits[0],
+            self.wait_for_joint_states(trajectory.joints)
+            lead = approach(self.start_pose(), trajectory, max_speed=self.limits[0],
                             max_acceleration=self.limits[1])
             trajectory = lead.then(trajectory) if lead is not None else trajectory
-        start = time.monotonic()
         names = list(trajectory.joints)
-        for t, row in zip(trajectory.t, trajectory.positions):
+        periods = np.diff(trajectory.t, append=trajectory.t[-1])
+        self.schedule_shifts_s = []
+        due = time.monotonic()
+        for row, period in zip(trajectory.positions, periods):
             if stop():
                 break
-            delay = start + t - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            late = time.monotonic() - due
+            if late < 0:
+                time.sleep(-late)
+            elif late > period > 0:
+                due += late  # behind by more than a row: shift the schedule, do not bunch rows
+                self.schedule_shifts_s.append(late)
             msg = JointState(name=names, position=[float(v) for v in row])
             msg.header.stamp = self.node.get_clock().now().to_msg()
             self.publisher.publish(msg)
+            due += period
         return lead.duration_s if lead is not None else 0.0
+
+    def wait_for_joint_states(self, joints: Sequence[str], timeout_s: float = 10.0) -> None:
+        """Return once every joint of `joints` has been measured. The move to a trajectory's
+        start starts from the measured pose: without one it would start from the trajectory's
+        first row, wherever the robot is (a subscription can take seconds to match on a
+        loaded host, longer than the recorder's)."""
+        deadline = time.monotonic() + timeout_s
+        while missing := [j for j in joints if j not in self.measured]:
+            if time.monotonic() > deadline:
+                raise PlayerError(f"no joint state of {', '.join(missing)} within {timeout_s:.0f} s: is the robot "
+                                  "driver (or the emulated workcell) running on this ROS_DOMAIN_ID?")
+            time.sleep(0.02)
 
     def wait_for_box(self, timeout_s: float = 5.0) -> np.ndarray:
         deadline = time.monotonic() + timeout_s
@@ -89,82 +123,64 @@ class ExcitationPlayer:
         return self.box_xyz.copy()
 
 
-def _call(client, request, timeout_s: float, hint: str):
-    """A service call from a thread that does not spin the node (another thread does)."""
-    if not client.wait_for_service(timeout_sec=timeout_s):
-        raise PlayerError(f"service {client.srv_name} is not available: {hint}")
-    future = client.call_async(request)
-    deadline = time.monotonic() + timeout_s
-    while not future.done() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    if not future.done():
-        raise PlayerError(f"{client.srv_name} did not answer within {timeout_s} s")
-    response = future.result()
-    if response.error.code != ErrorCode.NONE:
-        raise PlayerError(f"{client.srv_name}: {response.error.message}")
-    return response
-
-
-class MonitorClient:
-    """Arms the envelope monitor for a played excitation and disarms it right after (its
+class ExcitationMonitor:
+    """The envelope monitor, armed for each played trajectory and disarmed right after (its
     command watchdog faults when an armed stream stops); reports a fault it latched."""
 
     def __init__(self, node: Node, monitor: str = "/envelope_monitor") -> None:
-        self.arm_client = node.create_client(SetArmed, f"{monitor}/set_armed")
-        self.status = EnvelopeStatus()
-        node.create_subscription(EnvelopeStatus, "/twinloop/envelope/status",
-                                 lambda msg: setattr(self, "status", msg), LATCHED)
+        self.client = EnvelopeClient(node, monitor=monitor)
 
     def set_armed(self, armed: bool, timeout_s: float = 5.0) -> None:
-        _call(self.arm_client, SetArmed.Request(armed=armed), timeout_s,
-              "start the envelope monitor (python -m twinloop_safety.envelope_monitor_node), the only writer "
-              "of /joint_command")
+        try:
+            self.client.set_armed(armed, timeout_s)
+        except ClientError as error:
+            raise PlayerError(str(error)) from error
 
     def faulted(self) -> bool:
-        return self.status.state == EnvelopeStatus.STATE_FAULT
+        return self.client.faulted()
 
     def check(self, what: str) -> None:
         if self.faulted():
-            raise PlayerError(f"the envelope monitor stopped {what}: fault {self.status.fault}, "
-                              f"{self.status.reason}; the robot holds. Lower the excitation (amplitudes, band) "
-                              "or widen config/envelope.yaml, then reset the fault (~/reset_fault)")
+            raise PlayerError(f"the envelope monitor stopped {what}: {self.client.fault_text()}; the robot holds. "
+                              "Lower the excitation (amplitudes, band) or widen config/envelope.yaml, then reset "
+                              "the fault (~/reset_fault)")
 
 
-class RecorderClient:
-    """Starts and stops a session of the twinloop recorder (`/recorder/start`, `/recorder/stop`)."""
+class IdentificationRecorder:
+    """Identification sessions of the twinloop recorder (`/recorder/start`, `/recorder/stop`)."""
 
     def __init__(self, node: Node, recorder: str = "/recorder") -> None:
         self.node = node
-        self.start_client = node.create_client(StartRecording, f"{recorder}/start")
-        self.stop_client = node.create_client(StopRecording, f"{recorder}/stop")
-        self.status = RecordingStatus()
-        node.create_subscription(RecordingStatus, f"{recorder}/status", lambda msg: setattr(self, "status", msg),
-                                 LATCHED)
-
-    def _call(self, client, request, timeout_s: float):
-        return _call(client, request, timeout_s, "start the recorder (python -m twinloop_logging.recorder_node)")
+        self.client = RecorderClient(node, recorder=recorder)
 
     def start(self, *, split: str, output_dir: str = "", note: str = "", twin_version: str = "",
-              timeout_s: float = 10.0, required_topics=REQUIRED_TOPICS) -> str:
+              timeout_s: float = 10.0, required_topics: Sequence[str] = REQUIRED_TOPICS) -> str:
         """Start a session and return once the recorder records `required_topics` and the
         simulator's applied-command and box-pose topics this node sees (the recorder
         subscribes as it discovers their publishers); else stop it and raise."""
-        request = StartRecording.Request(profile="identification", output_dir=output_dir, operator_note=note,
-                                         twin_version=twin_version)
-        request.session = SessionId(purpose=SessionId.PURPOSE_IDENTIFICATION, split=split)
         seen = [t for t, _ in self.node.get_topic_names_and_types() if t.startswith("/twinloop/")
                 and t.endswith((APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX))]
-        required_topics = [*required_topics, *seen]
-        bag_path = self._call(self.start_client, request, timeout_s).bag_path
-        deadline = time.monotonic() + timeout_s
-        while missing := not_yet_recorded(self.status, bag_path, required_topics):
-            if time.monotonic() > deadline:
-                self.stop()
-                raise PlayerError(f"the recorder found no publisher of {missing} within {timeout_s:.0f} s: start "
-                                  f"the robot driver and the envelope monitor on this ROS_DOMAIN_ID (bag kept: "
-                                  f"{bag_path})")
-            time.sleep(0.02)
+        try:
+            bag_path = self.client.start(profile="identification", purpose=SessionId.PURPOSE_IDENTIFICATION,
+                                         split=split, output_dir=output_dir, note=note, twin_version=twin_version,
+                                         timeout_s=timeout_s)
+        except ClientError as error:
+            raise PlayerError(str(error)) from error
+        try:
+            self.client.wait_until_recording(bag_path, [*required_topics, *seen], timeout_s)
+        except ClientError as error:
+            self.stop()
+            raise PlayerError(str(error)) from error
         return bag_path
 
     def stop(self, timeout_s: float = 20.0) -> str:
-        return self._call(self.stop_client, StopRecording.Request(), timeout_s).bag_path
+        try:
+            return self.client.stop(timeout_s)
+        except ClientError as error:
+            raise PlayerError(str(error)) from error
+
+
+def joint_ranges(model: mujoco.MjModel, joints: Sequence[str] = COMMANDED_JOINTS) -> dict[str, tuple[float, float]]:
+    """(lower, upper) position range of each of `joints` in a compiled scene (the URDF's limits)."""
+    return {j: (float(model.jnt_range[model.joint(j).id][0]), float(model.jnt_range[model.joint(j).id][1]))
+            for j in joints}

@@ -1,0 +1,127 @@
+"""The builder README's sequence, run as the README writes it: `twinloop bringup` with the
+README's arguments, then the fit excitation, the held-out excitation and the pushes, each
+`twinloop build excite` exactly as the README shows it. Each ends without a monitor
+fault and leaves an identification bag with the robot's topics from before the motion.
+
+Everything runs as subprocesses in a temporary working folder (the recorder writes
+`bags/` there, as it would in the user's folder) on a private localhost domain.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from twinloop_interfaces.msg import EnvelopeStatus
+
+from twinloop_logging.bag_reader import Bag
+from twinloop_ros.qos import LATCHED
+from twinloop_ros.testing import RosProbe, fresh_domain_id, localhost_env
+
+pytestmark = pytest.mark.ros
+
+README = Path(__file__).resolve().parents[1] / "src" / "twinloop_builder" / "README.md"
+TWINLOOP = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "twinloop"
+STARTUP_S = 120.0  # the whole stack, cameras included, on a loaded 2-core host
+
+
+def readme_commands() -> list[str]:
+    """The `twinloop bringup` and `twinloop build excite` lines of the README's loop, in order."""
+    text = README.read_text()
+    block = text[text.index("## The loop"):]
+    block = block[block.index("```bash") + len("```bash"):]
+    block = block[:block.index("```")]
+    lines = [line.split("#")[0].strip().rstrip("&").strip() for line in block.splitlines()]
+    return [line for line in lines if line.startswith(("twinloop bringup", "twinloop build excite"))]
+
+
+def run(command: str) -> list[str]:
+    """A README line as argv, `twinloop` being the installed command of this environment."""
+    argv = shlex.split(command)
+    return [str(TWINLOOP) if TWINLOOP.exists() else "twinloop", *argv[1:]]
+
+
+def test_the_readme_sequence_records_three_bags_without_a_fault(tmp_path):
+    commands = readme_commands()
+    assert [c.split()[:3] for c in commands] == [["twinloop", "bringup", "--without"]] + \
+        [["twinloop", "build", "excite"]] * 3, commands
+    bringup, excitations = commands[0], commands[1:]
+    assert {re.search(r"--kind (\w+)", c).group(1) + "/" + re.search(r"--split (\w+)", c).group(1)
+            for c in excitations} == {"joints/fit", "joints/held_out", "pushes/fit"}, excitations
+
+    domain = fresh_domain_id()
+    env = localhost_env(domain)
+    log = open(tmp_path / "bringup.log", "w")
+    stack = subprocess.Popen(run(bringup), cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    probe = RosProbe(domain)
+    statuses = probe.collect(EnvelopeStatus, "/twinloop/envelope/status", LATCHED)
+    try:
+        # What `excite` needs, as a user waits for the stack to come up before typing it.
+        def up() -> bool:
+            services = {s for s, _ in probe.node.get_service_names_and_types()}
+            topics = {t for t, _ in probe.node.get_topic_names_and_types()}
+            return ({"/envelope_monitor/set_armed", "/recorder/start"} <= services and bool(statuses)
+                    and "/twinloop/emulated_workcell/box_pose" in topics and stack.poll() is None)
+        try:
+            probe.wait_for(up, STARTUP_S, "the stack of the README's bring-up")
+        except TimeoutError as error:
+            raise AssertionError(f"{error}:\n{(tmp_path / 'bringup.log').read_text()}") from error
+
+        bags = {}
+        for command in excitations:
+            started = time.monotonic()
+            done = subprocess.run(run(command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            print(f"{command}: exit {done.returncode} after {time.monotonic() - started:.1f} s")
+            monitor_log = (tmp_path / "log" / "bringup" / "envelope_monitor.log")
+            assert done.returncode == 0, done.stderr + (monitor_log.read_text() if monitor_log.exists() else "")
+            probe.wait_for(lambda: statuses[-1][1].state != EnvelopeStatus.STATE_ARMED, 5.0, "the monitor disarmed")
+            status = statuses[-1][1]
+            assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
+            path = Path(done.stdout.strip().splitlines()[-1])
+            bags[command] = path if path.is_absolute() else tmp_path / path
+        # No command was refused over the whole sequence.
+        assert statuses[-1][1].commands_rejected == 0, statuses[-1][1]
+    finally:
+        probe.close()
+        stack.send_signal(signal.SIGINT)
+        code = stack.wait(timeout=60)
+        log.close()
+    assert code == 0, (tmp_path / "bringup.log").read_text()
+
+    assert len(set(bags.values())) == 3
+    for command, path in bags.items():
+        kind = re.search(r"--kind (\w+)", command).group(1)
+        split = re.search(r"--split (\w+)", command).group(1)
+        duration = re.search(r"--duration ([\d.]+)", command)
+        with Bag(path) as bag:
+            assert (bag.session.purpose, bag.session.split) == ("identification", split), command
+            counts = {t: bag.topics[t].count if t in bag.topics else 0
+                      for t in ("/joint_states", "/joint_command", "/twinloop/builder/command",
+                                "/twinloop/emulated_workcell/applied_command", "/twinloop/emulated_workcell/box_pose")}
+            commands = [m.msg for m in bag.messages(["/joint_command"])]
+            forwarded = [m for m in commands if m.header.frame_id == ""]  # not the monitor's holds
+            states = bag.joint_states()
+            seconds = (states.stamps_ns[-1] - states.stamps_ns[0]) * 1e-9
+            print(f"{command}: {seconds:.1f} s, {counts}")
+            # Every target the player sent went through the monitor, and the workcell applied it.
+            assert len(forwarded) == counts["/twinloop/builder/command"] > 0, (len(forwarded), counts)
+            assert counts["/twinloop/emulated_workcell/applied_command"] >= len(forwarded), counts
+            # Joint states at 500 Hz over the whole session (10 % slack for a loaded host), the
+            # first before the first target.
+            assert counts["/joint_states"] > 0.9 * 500 * seconds, (counts, seconds)
+            first_target_ns = min(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in forwarded)
+            assert states.stamps_ns[0] < first_target_ns
+            if kind == "joints":
+                # The excitation at 250 Hz for --duration s, after a short move to its start.
+                rows = float(duration.group(1)) * 250 + 1
+                assert rows <= len(forwarded) <= rows + 250, (len(forwarded), rows)
+            else:
+                boxes = [m.msg.pose.position for m in bag.messages(["/twinloop/emulated_workcell/box_pose"])]
+                moved = np.hypot(boxes[-1].x - boxes[0].x, boxes[-1].y - boxes[0].y)
+                assert moved > 0.03, moved  # three pushes of 4-5 cm past contact
+
