@@ -164,6 +164,12 @@ class EnvelopeClient:
     def disarm(self, timeout_s: float = 5.0) -> None:
         self.set_armed(False, timeout_s)
 
+    def disarm_nowait(self) -> None:
+        """Ask the monitor to disarm without waiting for the answer (a node shutting down,
+        whose executor no longer spins)."""
+        if self._arm.service_is_ready():
+            self._arm.call_async(SetArmed.Request(armed=False))
+
     def reset_fault(self, timeout_s: float = 5.0, note: str = "") -> ResetFault.Response:
         """Clear a latched fault (`cleared_fault` says which; FAULT_NONE when none was latched)."""
         return call_service(self._reset, ResetFault.Request(operator_note=note), timeout_s, MONITOR_HINT)
@@ -207,12 +213,12 @@ class RecorderClient:
         return self.status if self.status_received else None
 
     def start(self, *, profile: str, purpose: str, split: str, output_dir: str = "", note: str = "",
-              twin_version: str = "", policy_version: str = "", session_id: str = "",
+              twin_version: str = "", policy_version: str = "", session_id: str = "", trial_index: int = 0,
               timeout_s: float = 10.0) -> str:
         """Start a session; returns the bag path."""
         request = StartRecording.Request(profile=profile, output_dir=output_dir, operator_note=note,
                                          twin_version=twin_version, policy_version=policy_version)
-        request.session = SessionId(purpose=purpose, split=split, session_id=session_id)
+        request.session = SessionId(purpose=purpose, split=split, session_id=session_id, trial_index=trial_index)
         return call_service(self._start, request, timeout_s, RECORDER_HINT).bag_path
 
     def wait_until_recording(self, bag_path: str, topics: Sequence[str], timeout_s: float = 5.0) -> None:
