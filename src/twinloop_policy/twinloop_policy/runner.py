@@ -1,12 +1,14 @@
-"""The policy runner's core: load the module, assemble observations, step, judge a trial.
+"""The policy runner's core: load the module, assemble observations, step, judge a run.
 
 Pure Python (torch, numpy; no rclpy). The node feeds joint states in and publishes what
 `PolicyLoop.step` returns.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -100,3 +102,64 @@ class PolicyLoop:
 def goal_reached(spec: PolicySpec, measured: dict[str, float]) -> bool:
     return all(abs(measured.get(j, np.inf) - g) <= spec.goal_tolerance_rad
                for j, g in spec.goal_joint_positions.items())
+
+
+@dataclass
+class PolicyRun:
+    """The policy stepped from its reset until done: goal reached (when judged), timeout
+    (> 0), an envelope fault, a failing policy, or observations that stay stale.
+
+    `step` is called at the policy's rate (the node's timer thread); `wait` blocks another
+    thread until the run is done and returns (success, reason).
+    """
+
+    loop: PolicyLoop
+    assembler: ObservationAssembler
+    timeout_s: float
+    judge: bool = True
+    start_s: float = field(default_factory=time.monotonic)
+    stale_abort_periods: int = 25  # consecutive periods without a fresh observation that end a run
+    stale_skips: int = 0
+    stale_since: float | None = None
+    outcome: tuple[bool, str] = (False, "")
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.loop.reset()
+
+    def step(self, now_s: float, fault: str = "") -> list[float] | None:
+        """The targets to send this period (None: nothing); `fault`: the monitor's latched fault ('' if none)."""
+        if self.done.is_set():
+            return None
+        try:
+            action = self.loop.step(self.assembler.assemble(now_s))
+        except StaleObservation as error:
+            # A late joint state skips this step (the policy is not stepped, nothing is
+            # sent); one that stays missing ends the run.
+            self.stale_skips += 1
+            self.stale_since = self.stale_since if self.stale_since is not None else now_s
+            if now_s - self.stale_since > self.stale_abort_periods / self.loop.spec.rate_hz:
+                self.finish(False, f"stopped: {error}")
+            return None
+        except FloatingPointError as error:
+            self.finish(False, f"stopped: {error}")
+            return None
+        self.stale_since = None
+        elapsed = now_s - self.start_s
+        if fault:
+            self.finish(False, f"envelope {fault}")
+        elif self.judge and goal_reached(self.loop.spec, self.assembler.positions()):
+            self.finish(True, "goal reached")
+        elif self.timeout_s > 0 and elapsed > self.timeout_s:
+            self.finish(False, f"timeout after {elapsed:.1f} s")
+        return action
+
+    def finish(self, success: bool, reason: str) -> None:
+        self.outcome = (success, reason)
+        self.done.set()
+
+    def wait(self, stop: Callable[[], bool] = lambda: False) -> tuple[bool, str]:
+        while not self.done.wait(0.1):
+            if stop():
+                self.finish(False, "stopped before the run ended")
+        return self.outcome
