@@ -26,43 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-import torch
-
 from twinloop_policy.policy_spec import (FORMAT, ObservationTerm, PolicySpec, PolicySpecError, load_policy_spec,
                                          write_policy_spec)
 from twinloop_twin.physics import ARM_JOINTS
 
 MODULE_FILE = "policy.pt"
 _LABELS = {"rate_hz": "rate_hz (--rate, Hz)", "timeout_s": "timeout_s (--timeout, s)"}
-
-
-class ScriptedReach(torch.nn.Module):
-    """Observation: arm joint positions (7). Action: arm joint position targets (7)."""
-
-    def __init__(self, goal: Sequence[float], dt_s: float, kp: float = 16.0, kd: float = 8.0,
-                 max_acceleration: float = 2.0, max_velocity: float = 0.5) -> None:
-        super().__init__()
-        self.register_buffer("goal", torch.tensor(list(goal), dtype=torch.float64))
-        self.register_buffer("reference", torch.zeros(len(goal), dtype=torch.float64))
-        self.register_buffer("velocity", torch.zeros(len(goal), dtype=torch.float64))
-        self.register_buffer("started", torch.zeros(1, dtype=torch.bool))
-        self.dt_s, self.kp, self.kd = dt_s, kp, kd
-        self.max_acceleration, self.max_velocity = max_acceleration, max_velocity
-
-    @torch.jit.export
-    def reset(self) -> None:
-        self.started.fill_(False)
-        self.velocity.zero_()
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        if not bool(self.started[0]):
-            self.reference.copy_(observation)
-            self.started.fill_(True)
-        acceleration = self.kp * (self.goal - self.reference) - self.kd * self.velocity
-        acceleration = acceleration.clamp(-self.max_acceleration, self.max_acceleration)
-        self.velocity.copy_((self.velocity + acceleration * self.dt_s).clamp(-self.max_velocity, self.max_velocity))
-        self.reference.copy_(self.reference + self.velocity * self.dt_s)
-        return self.reference.clone()
 
 
 def write_scripted_policy(folder: Path | str, goal: Sequence[float], *, rate_hz: float = 250.0,
@@ -85,6 +54,9 @@ def write_scripted_policy(folder: Path | str, goal: Sequence[float], *, rate_hz:
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
+            import torch
+
+            from twinloop_policy.scripted_module import ScriptedReach
             module = torch.jit.script(ScriptedReach(goal, 1.0 / rate_hz))
             module.save(str(staging / MODULE_FILE))
             spec = PolicySpec(
@@ -156,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
             goal = [home[0] + 0.2] + home[1:]
         spec = write_scripted_policy(args.folder, goal, rate_hz=args.rate, timeout_s=args.timeout)
     except (PolicySpecError, WorkcellConfigError, OSError) as error:
-        print(f"twinloop policy scripted: error: {error}", file=sys.stderr)
+        lines = [line.strip() for line in str(error).splitlines() if line.strip() not in ("", "^")]
+        print(f"twinloop policy scripted: error: {' '.join(lines)}", file=sys.stderr)  # one line, YAML errors too
         return 2
     print(f"wrote {spec.folder / 'policy.yaml'} and {spec.module_path}")
     return 0
