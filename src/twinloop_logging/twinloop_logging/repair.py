@@ -171,6 +171,9 @@ def repair_bag(bag: Path | str) -> RepairReport:
             not_mcap.append(path.name)
         except OSError as error:
             raise RepairError(f"cannot read {path}: {error}") from error
+    if not scans and not not_mcap:
+        raise RepairError(f"{bag}: its MCAP files {[p.name for p in empty]} are empty (the recorder wrote nothing "
+                          "into them); there is nothing to recover. Nothing was changed")
     if not_mcap:
         raise RepairError(f"{', '.join(not_mcap)} in {bag} are not MCAP files (no MCAP magic bytes); this is "
                           "not a recorder's bag, or those files were replaced. Nothing was changed")
@@ -205,8 +208,10 @@ def repair_bag(bag: Path | str) -> RepairReport:
 
     found = {t.name: t.message_count for t in collector.topics.values()}
     report.topics = found
-    stale = metadata is None or bool(compare_counts(metadata, found)) or \
-        [f["path"] for f in metadata.get("files") or [] if isinstance(f, dict)] != [s.path for s in all_stats]
+    listed = [s.path for s in all_stats]
+    stale = metadata is None or bool(compare_counts(metadata, found)) or bool(missing) or \
+        metadata.get("relative_file_paths") != listed or \
+        [f.get("path") for f in metadata.get("files") or [] if isinstance(f, dict)] != listed
     custom: dict[str, str] = dict((metadata or {}).get("custom_data") or {})
     if SESSION_KEY in custom:
         try:
