@@ -84,7 +84,7 @@ def load_industrial_calibration(cal_data: Path | str, *, min_views: int = 5) -> 
             raise DatasetError(f"{path}: data[{i}] needs both 'pose' and 'image' (file names), got {entry!r}")
         poses.append(_pose(path.parent / entry["pose"]))
         image_path = path.parent / entry["image"]
-        image = cv2.imread(str(image_path), cv2.IMREAD_GRAYSCALE)
+        image = cv2.imread(str(image_path), cv2.IMREAD_GRAYSCALE) if image_path.is_file() else None
         if image is None:
             raise DatasetError(f"cannot read image {image_path} (data[{i}] of {path}): missing or not an image")
         size = (image.shape[1], image.shape[0])
