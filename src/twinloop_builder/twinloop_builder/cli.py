@@ -69,7 +69,8 @@ def _build(args) -> int:
                                       select=args.select, progress=progress,
                                       settings=IdentificationSettings(max_iterations=args.max_iterations))
     except (RecordingError, IdentificationError, TwinError) as error:
-        print(f"twinloop build: {error}", file=sys.stderr)
+        # one line: a twin's list of mismatched files spans several
+        print(f"twinloop build: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     print(format_result(built.result))
     print(f"wrote {built.twin.path}")
