@@ -108,9 +108,10 @@ def test_the_readme_sequence_records_three_bags_without_a_fault(tmp_path):
             states = bag.joint_states()
             seconds = (states.stamps_ns[-1] - states.stamps_ns[0]) * 1e-9
             print(f"{command}: {seconds:.1f} s, {counts}")
-            # Every target the player sent went through the monitor, and the workcell applied it.
+            # Every target the player sent went through the monitor, and the workcell applied
+            # them (all but those of the 0.5 s recorded after the stream, on a loaded host).
             assert len(forwarded) == counts["/twinloop/builder/command"] > 0, (len(forwarded), counts)
-            assert counts["/twinloop/emulated_workcell/applied_command"] >= len(forwarded), counts
+            assert counts["/twinloop/emulated_workcell/applied_command"] >= len(forwarded) - 0.5 * 250, counts
             # Joint states at 500 Hz over the whole session (10 % slack for a loaded host), the
             # first before the first target.
             assert counts["/joint_states"] > 0.9 * 500 * seconds, (counts, seconds)

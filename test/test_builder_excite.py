@@ -1,6 +1,6 @@
 """`twinloop build excite` over DDS: the excitation reaches the emulated workcell only
 through the envelope monitor, armed per played trajectory, and the identification bag
-holds the robot's topics from the start of the motion; a robot resting a hair beyond a
+holds the robot's topics from the start of the motion; a robot measured a hair beyond a
 joint limit (the gripper on its open stop) is moved from there without a fault.
 
 Processes: emulated workcell (cameras off) + envelope monitor (EnvelopeCell), recorder,
@@ -118,10 +118,11 @@ def test_pushes_go_through_the_monitor_and_move_the_box(tmp_path):
         cell.close()
 
 
-def test_excite_starts_from_a_gripper_resting_beyond_its_limit(tmp_path):
-    # The gripper pressed 0.3 mm past its open stop (a real gripper reports a hair beyond
-    # its limit) and joint 1 resting 0.05 rad off home: the player moves from the measured
-    # pose to the excitation's start, and must not command the finger beyond 0.04 m.
+def test_excite_starts_from_a_gripper_on_its_stop_and_an_arm_off_its_start(tmp_path):
+    # The issue's case: the gripper on its open stop (the limit) reads a hair beyond it, as
+    # a real gripper does, and the arm rests off the excitation's start (here joint 1 by
+    # 0.05 rad), so the player moves from the measured pose to the start: it must not
+    # command the finger beyond 0.04 m, and the monitor must not fault the stream.
     cell = start_cell(tmp_path)
     try:
         cell.set_armed(False)
