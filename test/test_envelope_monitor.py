@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -280,3 +281,114 @@ def test_markers_and_status_are_latched(cell):
     assert zone.text == "test_zone"
     assert (zone.scale.x, zone.scale.y, zone.scale.z) == pytest.approx((0.4, 0.2, 0.6))
     assert boxes[("workspace", 0)].pose.position.y == pytest.approx((WORKSPACE_MIN[1] + 0.55) / 2)
+
+
+# ---------------------------------------------------------------- gaps in a command stream
+# A stream is a sequence of steps, each referenced to the stream's previous target whatever
+# the arrival gap (twinloop_safety.envelope, "Command streams").
+
+PAUSE_S = 0.3  # shorter than the watchdog (TIMEOUT_S), with room for a sender slowed by load
+
+
+class PausingStream(threading.Thread):
+    """Joint 7 (it turns the hand about its own axis: no Cartesian limit is near) ramps to
+    `velocity` and cruises at 4 ms steps; after `pause_at_s` the sender pauses for PAUSE_S
+    and goes on with the next step, its schedule shifted (no burst of late targets).
+    `skip_ahead`: it goes on instead from where its clock says the motion should be by then.
+    """
+
+    def __init__(self, cell, start, velocity=0.3, pause_at_s=0.5, duration_s=1.2, skip_ahead=False):
+        super().__init__(daemon=True)
+        self.cell, self.targets = cell, {j: start[j] for j in COMMANDED}
+        self.velocity, self.pause_at_s, self.duration_s, self.skip_ahead = velocity, pause_at_s, duration_s, skip_ahead
+        self.sent: list[dict[str, float]] = []
+        self.sent_real: list[float] = []  # system time of each publish
+        self.resumed_index: int | None = None  # index in `sent` of the first command after the pause
+        self.start()
+
+    def run(self) -> None:
+        period, speed, step = 0.004, 0.0, 0
+        begin = time.monotonic()
+        while step * period < self.duration_s:
+            step += 1
+            speed = min(self.velocity, speed + 3.0 * period)
+            self.targets["panda_joint7"] += speed * period
+            if self.resumed_index is None and step * period >= self.pause_at_s:
+                time.sleep(PAUSE_S)
+                begin += PAUSE_S
+                if self.skip_ahead:
+                    self.targets["panda_joint7"] += self.velocity * PAUSE_S
+                self.resumed_index = len(self.sent)
+            self.sent_real.append(time.time())
+            self.cell.command(dict(self.targets))
+            self.sent.append(dict(self.targets))
+            time.sleep(max(0.0, begin + step * period - time.monotonic()))
+
+
+def test_a_pause_shorter_than_the_watchdog_resumes_without_fault(cell):
+    start = cell.prepare()
+    armed = cell.latest_status()
+    stream = PausingStream(cell, start)
+    stream.join()
+    cell.set_armed(False)  # as a runner does at the end of its stream
+    status = cell.latest_status()
+    assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
+    assert status.commands_forwarded - armed.commands_forwarded == len(stream.sent)
+    assert status.commands_rejected == armed.commands_rejected
+    gap = stream.sent_real[stream.resumed_index] - stream.sent_real[stream.resumed_index - 1]
+    assert PAUSE_S <= gap < TIMEOUT_S, gap  # the pause happened, shorter than the watchdog
+    # The robot followed (the hold on disarming stops it a tracking lag short of the end).
+    travel = stream.sent[-1]["panda_joint7"] - start["panda_joint7"]
+    assert cell.measured()["panda_joint7"] - start["panda_joint7"] > travel - 0.05, travel
+
+
+def test_a_jump_after_a_pause_faults(cell):
+    start = cell.prepare()
+    armed = cell.latest_status()
+    # 0.3 rad/s for 0.3 s: the first step after the pause is 91 mrad in 4 ms.
+    stream = PausingStream(cell, start, duration_s=1.5, skip_ahead=True)
+    cell.probe.wait_for(lambda: stream.resumed_index is not None and len(stream.sent_real) > stream.resumed_index,
+                        3.0, "the jump")
+    _assert_holds(cell, stream.sent_real[stream.resumed_index], EnvelopeStatus.FAULT_VELOCITY_LIMIT,
+                  "panda_joint7 +22.", joint="panda_joint7", armed=armed, forwarded=stream.resumed_index)
+    stream.join()
+    _assert_reset_restores_forwarding(cell)
+
+
+def test_a_monitor_that_stalls_longer_than_its_watchdogs_resumes_the_stream(tmp_path):
+    # The monitor's own process is stopped for 0.5 s mid-stream (as a loaded host can hold
+    # it up) with 0.2 s watchdogs, while the sender and the robot run on. On resumption the
+    # monitor handles the 125 queued commands late; the stream goes on without a fault.
+    # (It faulted here: a command handled after the hold-up, before the joint states queued
+    # with it, read the joint states as stale; and 100-deep command topics lost steps.)
+    stalled = EnvelopeCell(tmp_path, {"command_timeout_s": 0.2, "joint_state_timeout_s": 0.2})
+    try:
+        start = stalled.prepare()
+        armed = stalled.latest_status()
+        ramp = stalled.ramp(start, "panda_joint7", 0.3, acceleration=2.0, duration_s=3.0)
+        time.sleep(0.6)
+        monitor_pid = _python_child(stalled.monitor.process.pid)
+        os.kill(monitor_pid, signal.SIGSTOP)
+        stopped_at = time.time()
+        try:
+            time.sleep(0.5)
+        finally:
+            os.kill(monitor_pid, signal.SIGCONT)
+        time.sleep(0.6)
+        sent_by = len(ramp.sent_real)
+        stalled.set_armed(False)  # mid-stream: the rest is refused quietly, nothing waits on a watchdog
+        ramp.stop_sending.set()
+        ramp.join()
+        assert sum(stopped_at < t < stopped_at + 0.5 for t in ramp.sent_real) > 100, "the sender paused too"
+        status = stalled.latest_status()
+        assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
+        # Everything sent before the disarm request was forwarded (it queued behind them).
+        assert status.commands_forwarded - armed.commands_forwarded >= sent_by, (status, sent_by)
+    finally:
+        stalled.close()
+
+
+def _python_child(pid: int) -> int:
+    """The process that runs the node: the wheels re-exec Python once (a child process)."""
+    children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    return _python_child(int(children[0])) if children else pid

@@ -42,7 +42,7 @@ def armed(kinematics, workcell, **overrides) -> EnvelopeMonitor:
     monitor = EnvelopeMonitor(make_limits(kinematics, **overrides), kinematics)
     home = workcell.home_joint_positions
     monitor.on_joint_state(list(home), list(home.values()), [0.0] * len(home), 0.0)
-    assert monitor.arm(0.0) == ""
+    assert monitor.arm() == ""
     return monitor
 
 
@@ -139,7 +139,7 @@ def test_keep_out_is_checked_along_the_step(kinematics, workcell):
     monitor.on_joint_state(list(home), list(home.values()), [0.0] * 9, 0.0)
     hand_start = monitor.link_positions(np.array([home[j] for j in COMMANDED_JOINTS]))[0]
     assert not thin.contains(hand_start[None])[0]
-    assert monitor.arm(0.0) == ""
+    assert monitor.arm() == ""
     decision = monitor.check_command(["panda_joint1"], [0.3], 0.01)
     assert decision.violation.fault is Fault.KEEP_OUT and "thin" in decision.violation.reason
 
@@ -162,16 +162,29 @@ def test_watchdogs_force_and_reset(kinematics, workcell):
     assert monitor.tick(0.14) is None
     assert monitor.tick(0.16).fault is Fault.STALE_COMMAND
     assert monitor.check_command(["panda_joint1"], [home["panda_joint1"]], 0.16).forward is None
-    assert monitor.reset_fault(0.17) == (Fault.STALE_COMMAND, "")
+    assert monitor.reset_fault() == (Fault.STALE_COMMAND, "")
     assert monitor.state is State.ARMED
     assert monitor.tick(0.25).fault is Fault.STALE_JOINT_STATE  # last joint state at 0.14
-    cleared, refusal = monitor.reset_fault(0.26)
+    cleared, refusal = monitor.reset_fault()
     assert cleared is Fault.STALE_JOINT_STATE and "stale" in refusal and monitor.state is State.FAULT
     monitor.on_joint_state(list(home), list(home.values()), [0.0] * 9, 0.27)
-    assert monitor.reset_fault(0.27)[1] == ""
+    assert monitor.reset_fault()[1] == ""
     assert monitor.on_force((0.0, 0.0, 59.0), 0.28) is None
     assert monitor.on_force((40.0, 0.0, 50.0), 0.28).fault is Fault.FORCE_LIMIT  # 64 N
-    assert "still" in monitor.reset_fault(0.29)[1]
+    assert "still" in monitor.reset_fault()[1]
+
+
+def test_stale_joint_states_refuse_arming_until_one_arrives(kinematics, workcell):
+    monitor = EnvelopeMonitor(make_limits(kinematics), kinematics)
+    assert "no fresh joint state" in monitor.arm()  # none yet
+    home = workcell.home_joint_positions
+    monitor.on_joint_state(list(home), list(home.values()), [0.0] * 9, 1.0)
+    assert monitor.tick(1.05) is None and monitor.arm() == ""
+    monitor.disarm()
+    assert monitor.tick(1.2) is None  # disarmed: no fault, but the verdict is kept
+    assert "no fresh joint state" in monitor.arm()
+    monitor.on_joint_state(list(home), list(home.values()), [0.0] * 9, 1.3)
+    assert monitor.arm() == ""
 
 
 def test_disarmed_forwards_nothing(kinematics, workcell):

@@ -7,19 +7,53 @@ violated, by how much and what to do) instead of a bare boolean.
 What is checked, in order, for each command while armed:
   1. names: every name is a commandable joint, each once, one position per name;
   2. finite targets;
-  3. a fresh measured joint state exists (the reference of every later check);
-  4. joint position limits (URDF limits shrunk by a per-joint margin);
+  3. a measured joint state exists (the reference of every later check) and the watchdog
+     has not found joint states stale;
+  4. joint position limits (URDF limits shrunk by a per-joint margin), see "Limits" below;
   5. velocity and acceleration of the commanded targets (per-step differences at the
-     nominal command period: one message is one step, as a fixed-rate robot controller
-     takes them, so sender jitter is not motion; a lost message reads as a double step and
-     faults, on the safe side) and the lead of
-     the target over the measured position; `reject` latches a fault, `rate_limit`
-     clamps the step instead (ros2_control's joint limiter does the same);
+     nominal command period, see "Command streams" below) and the lead of the target over
+     the measured position; `reject` latches a fault, `rate_limit` clamps the step instead
+     (ros2_control's joint limiter does the same);
   6. Cartesian: forward kinematics (pinocchio) of the checked links at points along the
      step from the measured to the commanded configuration: every point inside the
      workspace box (shrunk by a margin) and outside every keep-out box (grown by it).
 Besides the commands: external force (from /wrench) and two watchdogs (stale command
 stream, stale joint states).
+
+Command streams. A stream is what a source sends from arming (or a fault reset) on; it
+ends with disarming. Its commands are read as a sequence of steps at the nominal period
+`command_period_s`, as a fixed-rate robot controller takes them: the step of a command is
+its target minus the stream's last forwarded target (the first command's: minus the
+measured position), whatever the time between their arrivals. So
+  - arrival jitter, a sender that publishes late rows in a burst, and callbacks of this
+    monitor that run late change when steps arrive, never their size or reference: a
+    well-formed stream is not faulted when it resumes after a pause. (The robot does get a
+    burst as a jump of its target; the lead check bounds how far ahead of the measured
+    position a burst can carry it.) Referencing a resumed stream to the measured position
+    instead, as this monitor once did after a gap longer than the command timeout, turned
+    the tracking error (10-40 mrad at speed) into a one-step velocity of 2.5-10 rad/s and
+    faulted well-formed streams whose callbacks had been held up;
+  - a real jump is a large step from the last target, and faults (velocity, acceleration,
+    lead), however long the pause before it. A step that the sender skipped or the
+    transport lost reads as a double step: on the safe side;
+  - a sender silent for longer than `command_timeout_s` is a stalled stream: the command
+    watchdog latches STALE_COMMAND and the robot holds. That is a fault by design (the
+    source stalled or died mid-motion; an operator looks and resets). A source that
+    stops on purpose disarms first. The watchdog runs on the monitor's control tick and
+    judges the silence as of the time the tick was due (`tick(now_s)`): the monitor
+    handles its inputs in arrival order, so by then every command that arrived before that
+    time has been handled, and a tick that runs late (on a loaded 2-core host the
+    monitor's ticks ran up to 1.2 s late at load 16-21: bench/envelope_callbacks.py) does
+    not read the commands still queued behind it as silence. A silence that has ended by
+    the time a late tick runs is not a fault. Whether joint states are stale is that same
+    watchdog's verdict (`tick`), which commands, arming and resets go by.
+
+Limits. A target exactly at a position limit is inside it (within `LIMIT_ROUNDOFF`, so
+that one computed onto the limit passes despite float round-off). A target beyond a limit
+faults unless it is no farther beyond than the step's start (the stream's last target, or
+the measured position for its first command): a joint measured a hair beyond a limit
+(encoder noise at a stop, a gripper resting on its stop, a robot moved there by hand) can
+be held there and moved back in, never farther out.
 """
 from __future__ import annotations
 
@@ -33,6 +67,9 @@ import numpy as np
 from twinloop_twin.contract import CommandRejected, parse_joint_command
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.parameters import ParameterSet
+
+# rad (m for the finger): float round-off allowed at a position limit.
+LIMIT_ROUNDOFF = 1e-9
 
 
 class Fault(enum.IntEnum):
@@ -202,11 +239,11 @@ def tighten_from_twin(limits: EnvelopeLimits, parameters: ParameterSet, *, k_sig
 
 @dataclass
 class _History:
-    """Last forwarded targets (the reference of the rate checks)."""
+    """The current stream's last forwarded targets (the reference of its next step) and
+    their step velocity (None until the stream's second command)."""
 
     targets: np.ndarray | None = None
     velocity: np.ndarray | None = None
-    time_s: float = -math.inf
 
 
 @dataclass
@@ -234,6 +271,7 @@ class EnvelopeMonitor:
     commands_limited: int = 0
     _measured: dict[str, float] = field(default_factory=dict)
     _measured_time_s: float = -math.inf
+    _joint_states_stale: bool = True  # the watchdog's verdict, at its last tick
     _force_n: float = 0.0
     _history: _History = field(default_factory=_History)
     _last_command_s: float | None = None
@@ -243,6 +281,7 @@ class EnvelopeMonitor:
                        velocities: Sequence[float], now_s: float) -> None:
         self._measured.update(zip(names, positions))
         self._measured_time_s = now_s
+        self._joint_states_stale = False
 
     def on_force(self, force_xyz: Sequence[float], now_s: float) -> Violation | None:
         self._force_n = float(np.linalg.norm(force_xyz))
@@ -255,11 +294,13 @@ class EnvelopeMonitor:
         return None
 
     def tick(self, now_s: float) -> Violation | None:
-        """Watchdogs; call at the monitor's control rate."""
+        """Watchdogs; call at the monitor's control rate with the time the tick was due
+        (every input that arrived before it has been handed in by then)."""
+        age = now_s - self._measured_time_s
+        self._joint_states_stale = age > self.limits.joint_state_timeout_s
         if self.state is not State.ARMED:
             return None
-        age = now_s - self._measured_time_s
-        if age > self.limits.joint_state_timeout_s:
+        if self._joint_states_stale:
             return self._latch(Violation(
                 Fault.STALE_JOINT_STATE,
                 f"no joint state for {age * 1e3:.0f} ms (limit {self.limits.joint_state_timeout_s * 1e3:.0f} ms): "
@@ -277,12 +318,12 @@ class EnvelopeMonitor:
 
     # ---------------------------------------------------------------- commands
     def check_command(self, names: Sequence[str], positions: Sequence[float], now_s: float) -> Decision:
-        """`now_s`: monotonic receive time."""
+        """`now_s`: monotonic time the command is handled (the command watchdog counts from it)."""
         names = list(names)
         if self.state is not State.ARMED:
             self.commands_rejected += 1
             return Decision(names, rejected_quietly=f"monitor is {self.state.name.lower()}")
-        violation, decision = self._evaluate(names, list(positions), now_s)
+        violation, decision = self._evaluate(names, list(positions))
         if violation is not None:
             self.commands_rejected += 1
             self._latch(violation)
@@ -292,60 +333,62 @@ class EnvelopeMonitor:
         self.commands_limited += decision.limited
         return decision
 
-    def _evaluate(self, names: list[str], positions: list[float], now_s: float):
+    def _evaluate(self, names: list[str], positions: list[float]):
         lim = self.limits
         try:
             targets = parse_joint_command(names, positions, lim.joint_names)
         except CommandRejected as error:
             fault = Fault.NON_FINITE_COMMAND if error.code == "NON_FINITE_COMMAND" else Fault.UNKNOWN_JOINT
             return Violation(fault, f"{error.code}: {error}"), None
-        if now_s - self._measured_time_s > lim.joint_state_timeout_s or not self._measured:
+        if not self._measured or self._joint_states_stale:
             return Violation(Fault.STALE_JOINT_STATE,
                              "command arrived without a fresh joint state to check it against: "
                              "check /joint_states, then reset the fault"), None
         index = [lim.joint_names.index(n) for n in names]
         measured_full = np.array([self._measured.get(j, 0.0) for j in lim.joint_names])
         # Joints the command does not name keep their previous target.
-        reference = self._reference(now_s, measured_full)
+        reference = self._reference(measured_full)
         target = reference.copy()
         target[index] = [targets[n] for n in names]
 
-        lower, upper = np.array(lim.lower), np.array(lim.upper)
-        out = np.flatnonzero((target < lower) | (target > upper))
-        out = [i for i in out if i in index]
+        # A target may sit beyond a limit only where the step starts beyond it, and no farther.
+        lower = np.minimum(np.array(lim.lower), reference) - LIMIT_ROUNDOFF
+        upper = np.maximum(np.array(lim.upper), reference) + LIMIT_ROUNDOFF
+        out = [i for i in index if target[i] < lower[i] or target[i] > upper[i]]
         if out:
-            detail = ", ".join(f"{lim.joint_names[i]}={target[i]:.4f} outside [{lower[i]:.4f}, {upper[i]:.4f}]"
-                               for i in out)
-            return Violation(Fault.POSITION_LIMIT, f"target beyond the position limits with margin: {detail}",
-                             tuple(lim.joint_names[i] for i in out)), None
+            # Micrometre digits: a target a hair beyond a limit must not print as on it.
+            detail = ", ".join(f"{lim.joint_names[i]}={target[i]:.6f} outside [{lim.lower[i]:.6f}, "
+                               f"{lim.upper[i]:.6f}]" for i in out)
+            return Violation(Fault.POSITION_LIMIT, f"target beyond the position limits with margin: {detail}; "
+                             "command targets inside them", tuple(lim.joint_names[i] for i in out)), None
 
-        target, limited, violation, velocity = self._rate_check(target, reference, measured_full, index, now_s)
+        target, limited, violation, velocity = self._rate_check(target, reference, measured_full, index)
         if violation is not None:
             return violation, None
         violation = self._cartesian_check(measured_full, target)
         if violation is not None:
             return violation, None
-        self._history = _History(target.copy(), velocity, now_s)
+        self._history = _History(target.copy(), velocity)
         return None, Decision(names, forward=[float(target[i]) for i in index], limited=limited)
 
-    def _reference(self, now_s: float, measured: np.ndarray) -> np.ndarray:
-        recent = now_s - self._history.time_s <= self.limits.command_timeout_s
-        if recent and self._history.targets is not None:
+    def _reference(self, measured: np.ndarray) -> np.ndarray:
+        """Where the next step starts: the stream's last forwarded target, whatever the time
+        since it (see "Command streams" in the module docstring); the measured position for
+        a stream's first command."""
+        if self._history.targets is not None:
             return self._history.targets.copy()
         return measured.copy()
 
-    def _rate_check(self, target, reference, measured, index, now_s):
+    def _rate_check(self, target, reference, measured, index):
         lim = self.limits
         period = lim.command_period_s
         vmax, amax = np.array(lim.velocity), np.array(lim.acceleration)
         velocity = (target - reference) / period
-        recent = now_s - self._history.time_s <= lim.command_timeout_s
-        from_command = recent and self._history.targets is not None
-        previous_velocity = self._history.velocity if recent else None
-        # Velocity is a difference of two commanded targets only from the second command of
-        # a stream on (the first is referenced to the measured position, whose noise over
-        # one period would read as velocity), and acceleration from the third: the first
-        # step is bounded by the velocity and lead checks alone.
+        from_command = self._history.targets is not None
+        previous_velocity = self._history.velocity
+        # Acceleration is a difference of two steps from the third command of a stream on:
+        # the first step is referenced to the measured position, whose noise over one period
+        # would read as velocity, so it is bounded by the velocity and lead checks alone.
         acceleration = ((velocity - previous_velocity) / period if previous_velocity is not None
                         else np.zeros_like(velocity))
         limited = False
@@ -364,7 +407,8 @@ class EnvelopeMonitor:
             if fast:
                 detail = ", ".join(f"{lim.joint_names[i]} {velocity[i]:+.3f} (limit {vmax[i]:.3f})" for i in fast)
                 return target, False, Violation(
-                    Fault.VELOCITY_LIMIT, f"commanded step implies a velocity over the limit: {detail} per s; "
+                    Fault.VELOCITY_LIMIT, f"commanded step implies a velocity over the limit: {detail} per s "
+                    f"(one command is one {period * 1e3:.0f} ms step from the last target); "
                     "smooth the command or raise velocity_scale", tuple(lim.joint_names[i] for i in fast)), None
             jerky = [i for i in index if abs(acceleration[i]) > amax[i]]
             if jerky:
@@ -431,11 +475,11 @@ class EnvelopeMonitor:
     def current_positions(self) -> dict[str, float]:
         return {j: self._measured[j] for j in self.limits.joint_names if j in self._measured}
 
-    def arm(self, now_s: float) -> str:
+    def arm(self) -> str:
         """Returns '' on success, else why arming was refused."""
         if self.state is State.FAULT:
             return f"a fault is latched ({self.fault.fault.name}): reset it first"
-        if now_s - self._measured_time_s > self.limits.joint_state_timeout_s:
+        if self._joint_states_stale:
             return "no fresh joint state: cannot arm without knowing where the robot is"
         self.state = State.ARMED
         self._forget_commands()
@@ -447,12 +491,12 @@ class EnvelopeMonitor:
             self.hold_positions = self.current_positions()
         self._forget_commands()
 
-    def reset_fault(self, now_s: float) -> tuple[Fault, str]:
+    def reset_fault(self) -> tuple[Fault, str]:
         """Clear the latched fault and re-arm. Returns (cleared fault, refusal or '')."""
         if self.state is not State.FAULT:
             return Fault.NONE, ""
         cleared = self.fault.fault
-        if now_s - self._measured_time_s > self.limits.joint_state_timeout_s:
+        if self._joint_states_stale:
             return cleared, "joint states are still stale: fix them before resetting"
         if self.limits.max_force_n > 0 and self._force_n > self.limits.max_force_n:
             return cleared, f"external force is still {self._force_n:.1f} N: clear the contact before resetting"

@@ -4,14 +4,16 @@ Forwards a command from the twinloop command sources to /joint_command only whil
 and only when it passes every check of twinloop_safety.envelope; on a violation it holds
 the measured position, latches the fault, publishes the reason on a latched status, and
 waits for ~/reset_fault. The checks live in envelope.py; this node translates messages.
-"""
-from __future__ import annotations
 
+No `from __future__ import annotations` here: rclpy hands a timer callback its TimerInfo
+only when the parameter is annotated with the class itself, not with its name.
+"""
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import WrenchStamped
 from rclpy.node import Node
+from rclpy.timer import TimerInfo
 from twinloop_ros.qos import COMMANDS, LATCHED, RELIABLE, SENSOR
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
@@ -98,7 +100,9 @@ class EnvelopeMonitorNode(Node):
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
         for topic in p["command_topics"]:
             self.create_subscription(JointState, topic, self.on_command, COMMANDS)
-        self.create_subscription(JointState, p["joint_states_topic"], self.on_joint_state, RELIABLE)
+        # Only the freshest joint state matters: a monitor running behind takes the latest
+        # instead of working through a backlog of older ones (every command must be taken).
+        self.create_subscription(JointState, p["joint_states_topic"], self.on_joint_state, SENSOR)
         self.create_subscription(WrenchStamped, p["wrench_topic"], self.on_wrench, SENSOR)
         self.create_service(SetArmed, "~/set_armed", self.on_set_armed)
         self.create_service(ResetFault, "~/reset_fault", self.on_reset_fault)
@@ -114,7 +118,7 @@ class EnvelopeMonitorNode(Node):
         self.monitor.on_joint_state(msg.name, msg.position, msg.velocity, time.monotonic())
         if self._arm_on_start:
             self._arm_on_start = False
-            self.monitor.arm(time.monotonic())
+            self.monitor.arm()
             self.publish_status()
 
     def on_wrench(self, msg: WrenchStamped) -> None:
@@ -131,8 +135,12 @@ class EnvelopeMonitorNode(Node):
         else:
             self.get_logger().warn(f"command not forwarded: {decision.rejected_quietly}", throttle_duration_sec=2.0)
 
-    def on_tick(self) -> None:
-        self._react(self.monitor.tick(time.monotonic()))
+    def on_tick(self, info: TimerInfo) -> None:
+        # Judged as of when the tick was due: the executor handles events in arrival order,
+        # so every message that arrived before then has been handled; a tick that runs late
+        # must not read the messages still queued behind it as silence.
+        late_s = max(0.0, (info.actual_call_time - info.expected_call_time).nanoseconds * 1e-9)
+        self._react(self.monitor.tick(time.monotonic() - late_s))
 
     def _react(self, violation: Violation | None) -> None:
         if violation is None:
@@ -180,7 +188,7 @@ class EnvelopeMonitorNode(Node):
     def on_set_armed(self, request: SetArmed.Request, response: SetArmed.Response):
         refusal = ""
         if request.armed:
-            refusal = self.monitor.arm(time.monotonic())
+            refusal = self.monitor.arm()
         else:
             was_armed = self.monitor.state is State.ARMED
             self.monitor.disarm()
@@ -192,7 +200,7 @@ class EnvelopeMonitorNode(Node):
         return response
 
     def on_reset_fault(self, request: ResetFault.Request, response: ResetFault.Response):
-        cleared, refusal = self.monitor.reset_fault(time.monotonic())
+        cleared, refusal = self.monitor.reset_fault()
         response.cleared_fault = int(cleared)
         response.error = ErrorCode(code=ErrorCode.NOT_READY if refusal else ErrorCode.NONE, message=refusal)
         if not refusal and cleared:
