@@ -1,44 +1,35 @@
 """Calibration action server: `~/calibrate` (twinloop_interfaces/action/Calibrate).
 
-Live: plans diverse poses with the target in view, drives the arm there through the
-envelope monitor (it arms the monitor, streams position targets to its input at the
-monitor's command period without a break, holding while it takes images, and disarms it
-after; a monitor fault ends the run with the monitor's reason), waits for the arm to
-settle, and pairs the next camera image with the joint state at its stamp. Bag: reads the recorded views (twinloop_logging). Then solves (calibration.handeye),
-writes `<calibration_root>/<workcell_name>/<camera>.yaml` and publishes the result on
-/tf_static. All the work is in the pure modules; this node only moves data.
+Translates goals into twinloop_calibration.workcell_calibration (plan, live run or bag,
+solve, write) and its result back into messages, publishes each result on /tf_static, and
+serves as the live run's cell (twinloop_calibration.live.LiveCell): joint states and
+images in, position targets out to the envelope monitor's input, the monitor armed and
+disarmed through twinloop_ros.clients.EnvelopeClient.
 """
 from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
-from pathlib import Path
 
-import numpy as np
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
-from twinloop_ros.qos import COMMANDS, LATCHED, RELIABLE
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.action import Calibrate
-from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
-from twinloop_interfaces.srv import SetArmed
+from twinloop_interfaces.msg import ErrorCode
 
-from twinloop_calibration import calibration_io, handeye, se3, sources
-from twinloop_calibration.degeneracy import CalibrationError, DegenerateData
-from twinloop_calibration.intrinsics import calibrate_intrinsics, from_camera_info
-from twinloop_calibration.live import JointBuffer, TargetStream, move_targets, stream_targets
-from twinloop_calibration.pose_planner import PlannerLimits, PosePlanner
-from twinloop_calibration.targets import TargetDetector, TargetNotFound, load_targets
+from twinloop_calibration.degeneracy import CalibrationError
+from twinloop_calibration.live import Frame, JointBuffer, LiveSettings, TargetStream, calibration_error, stream_targets
+from twinloop_calibration.targets import TargetDetector, load_targets
+from twinloop_calibration.workcell_calibration import CalibrationRequest, CalibrationSettings, WorkcellCalibration
+from twinloop_ros.clients import ClientError, EnvelopeClient
 from twinloop_ros.messages import image_to_numpy, tf_msg
 from twinloop_ros.node import StartupError, declare, run_node
-from twinloop_twin.kinematics import FrameTransform, UrdfTransforms
+from twinloop_ros.qos import COMMANDS, LATCHED, RELIABLE
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
-
 
 
 class CalibrationServer(Node):
@@ -76,35 +67,41 @@ class CalibrationServer(Node):
             "planner_max_tilt_deg": (30.0, "deg, largest view angle from the target normal"),
             "seed": (0, "seed of the planner and of the k-fold split"),
         })
+        p = self.p
         try:
-            self.workcell = load_workcell(self.p["workcell_config"] or None, self.p["urdf"] or None)
-            targets, default = load_targets(self.p["targets_file"] or default_config_dir() / "calibration_targets.yaml")
-            self.target = targets[self.p["target"] or default]
+            workcell = load_workcell(p["workcell_config"] or None, p["urdf"] or None)
+            targets, default = load_targets(p["targets_file"] or default_config_dir() / "calibration_targets.yaml")
+            target = targets[p["target"] or default]
         except (OSError, ValueError, KeyError) as error:
             raise StartupError(f"cannot load the workcell or the calibration target: {error}") from error
-        self.kinematics = UrdfTransforms(self.workcell.urdf_xml)
-        self.detector = TargetDetector(self.target)
+        live = LiveSettings(**{k: p[k] for k in ("command_period_s", "max_joint_speed_rad_s", "settle_time_s",
+                                                 "settle_position_tolerance_rad", "settle_velocity_rad_s",
+                                                 "move_timeout_s")})
+        settings = CalibrationSettings(**{k: p[k] for k in (
+            "calibration_root", "workcell_name", "base_frame", "gripper_frame", "child_frame_suffix", "anchor_camera",
+            "num_views", "min_views", "intrinsics_source", "folds", "bootstrap", "max_translation_std_m",
+            "max_rotation_std_deg", "planner_max_tilt_deg", "envelope_config", "seed")},
+            planner_distance_m=tuple(p["planner_distance_m"]), live=live)
+        self.core = WorkcellCalibration(workcell, TargetDetector(target), settings, log=self.get_logger().info)
         self.joints = JointBuffer(list(ARM_JOINTS))
         self.images: dict[str, Image] = {}
         self.infos: dict[str, CameraInfo] = {}
-        self.published: dict[str, FrameTransform] = {}
+        # Reentrant group + multi-threaded executor: joint states, images and the monitor's
+        # answers keep flowing while a goal runs for a minute in its own thread.
         group = ReentrantCallbackGroup()
         self.create_subscription(JointState, "/joint_states", self.on_joint_state, RELIABLE, callback_group=group)
-        for camera in self.workcell.cameras:
+        for camera in workcell.cameras:
             self.create_subscription(Image, f"/{camera}/color/image_raw",
                                      lambda m, c=camera: self.images.__setitem__(c, m), 2, callback_group=group)
             self.create_subscription(CameraInfo, f"/{camera}/color/camera_info",
                                      lambda m, c=camera: self.infos.__setitem__(c, m), 2, callback_group=group)
-        self.command_pub = self.create_publisher(JointState, self.p["command_topic"], COMMANDS)
-        self.monitor_status: EnvelopeStatus | None = None
-        if self.p["monitor_node"]:
-            self.arm_client = self.create_client(SetArmed, f"{self.p['monitor_node']}/set_armed", callback_group=group)
-            self.create_subscription(EnvelopeStatus, "/twinloop/envelope/status",
-                                     lambda m: setattr(self, "monitor_status", m), LATCHED, callback_group=group)
-        self.stream: TargetStream | None = None
+        # Commands: each message is one step of the monitor (the COMMANDS profile says why).
+        self.command_pub = self.create_publisher(JointState, p["command_topic"], COMMANDS)
+        self.envelope = EnvelopeClient(self, monitor=p["monitor_node"], callback_group=group) \
+            if p["monitor_node"] else None
+        self._stream_stop = threading.Event()
+        self._streamer: threading.Thread | None = None
         self.tf_static_pub = self.create_publisher(TFMessage, "/tf_static", LATCHED)
-        # Reentrant group + multi-threaded executor: joint states and images keep flowing
-        # while a goal runs for a minute in its own thread.
         ActionServer(self, Calibrate, "~/calibrate", execute_callback=self.execute,
                      cancel_callback=lambda _: CancelResponse.ACCEPT, callback_group=group)
 
@@ -113,226 +110,93 @@ class CalibrationServer(Node):
                         msg.velocity)
 
     def execute(self, goal_handle):
-        result = Calibrate.Result()
+        goal, result = goal_handle.request, Calibrate.Result()
+        request = CalibrationRequest(goal.source, goal.camera, goal.setup, goal.num_views, goal.bag_path)
         try:
-            self.calibrate(goal_handle, goal_handle.request, result)
-            result.error = ErrorCode(code=ErrorCode.NONE, message="")
-            goal_handle.succeed()
+            outcome = self.core.calibrate(
+                request, cell=self, camera_info=self.camera_info, cancelled=lambda: goal_handle.is_cancel_requested,
+                feedback=lambda stage, views, planned: goal_handle.publish_feedback(Calibrate.Feedback(
+                    stage=stage, views_collected=views, views_planned=planned, current_residual_px=float("nan"))))
         except (CalibrationError, TimeoutError) as error:
             code = getattr(error, "code", "TIMEOUT")
             result.error = ErrorCode(code=getattr(ErrorCode, code, ErrorCode.UNKNOWN), message=str(error))
             self.get_logger().error(f"calibration failed ({code}): {error}")
             goal_handle.canceled() if code == "CANCELED" else goal_handle.abort()
+            return result
         except Exception as error:  # noqa: BLE001 - a goal must always end with a result that says why
             result.error = ErrorCode(code=ErrorCode.UNKNOWN, message=f"{type(error).__name__}: {error}")
             self.get_logger().error(f"calibration failed: {error!r}")
             goal_handle.abort()
-        return result
-
-    def calibrate(self, goal_handle, goal, result) -> None:
-        setup = handeye.Setup(goal.setup) if goal.setup in ("eye_in_hand", "eye_to_hand") else None
-        if setup is None or goal.camera not in self.workcell.cameras or goal.source not in ("live", "bag"):
-            raise _error("INVALID_ARGUMENT", f"goal needs setup eye_in_hand|eye_to_hand (got {goal.setup!r}), a camera "
-                         f"of {sorted(self.workcell.cameras)} (got {goal.camera!r}) and source live|bag (got {goal.source!r})")
-        count = goal.num_views or self.p["num_views"]
-        if count < self.p["min_views"]:
-            raise DegenerateData(f"{count} views asked; at least {self.p['min_views']} are needed for a result "
-                                 "that can be checked (num_views 0 uses the configured default)")
-        options = handeye.Options(min_views=self.p["min_views"], folds=self.p["folds"], bootstrap=self.p["bootstrap"],
-                                  max_translation_std_m=self.p["max_translation_std_m"],
-                                  max_rotation_std_deg=self.p["max_rotation_std_deg"], seed=self.p["seed"])
-        fixed_target = setup == handeye.Setup.EYE_TO_HAND
-        moving_camera = self.p["anchor_camera"] if fixed_target else goal.camera
-        if goal.source == "bag":
-            if fixed_target:
-                raise _error("INVALID_ARGUMENT", "eye_to_hand from a bag is not supported yet; calibrate live")
-            bag = sources.views_from_bag(goal.bag_path, camera_name=goal.camera, detector=self.detector,
-                                         joint_names=list(ARM_JOINTS), forward_kinematics=self._fk, setup=setup.value)
-            views, cameras, static = bag.views, {goal.camera: bag.camera}, []
-        else:
-            views, cameras, static = self.collect(goal_handle, count, moving_camera, goal.camera if fixed_target else None)
-        self._feedback(goal_handle, "solving", len(views), count, float("nan"))
-        if fixed_target:
-            solved, wrist = handeye.calibrate_static_camera_via_fixed_target(
-                views, cameras[moving_camera], static, cameras[goal.camera], options)
-            self._write(moving_camera, wrist, cameras[moving_camera], goal)
-        else:
-            solved = handeye.calibrate(setup, views, cameras[goal.camera], options)
-        path = self._write(goal.camera, solved, cameras[goal.camera], goal)
-        self.get_logger().info(calibration_io.report(solved, title=f"{goal.camera} calibration"))
-        frame = self.published[goal.camera]
-        result.transform = tf_msg([frame], self.get_clock().now().to_msg()).transforms[0]
+            return result
+        stamp = self.get_clock().now().to_msg()
+        self.tf_static_pub.publish(tf_msg(list(self.core.published.values()), stamp))
+        solved = outcome.solved
+        result.transform = tf_msg([outcome.frame], stamp).transforms[0]
         result.covariance = [float(v) for v in solved.covariance.ravel()]
         result.reprojection_rms_px, result.held_out_rms_px = solved.reprojection_rms_px, solved.held_out_rms_px
         result.views_used, result.views_rejected = solved.views_used, len(solved.rejected_views)
-        result.calibration_path = str(path)
+        result.calibration_path = str(outcome.path)
+        result.error = ErrorCode(code=ErrorCode.NONE, message="")
+        goal_handle.succeed()
+        return result
 
-    def collect(self, goal_handle, count, moving_camera, static_camera):
-        planner = self._planner(moving_camera)
-        deadline = time.monotonic() + 30.0
-        while self.joints.latest() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        latest = self.joints.latest()
-        if latest is None:
-            raise TimeoutError("no /joint_states received in 30 s: is the workcell (or robot driver) running?")
-        start = dict(zip(ARM_JOINTS, latest[1]))
-        plan = planner.plan(count, start, seed=self.p["seed"])
-        with self._streaming(latest[1]):
-            return self._visit(goal_handle, plan, moving_camera, static_camera)
+    def camera_info(self, camera: str):
+        info = self.infos.get(camera)
+        return None if info is None else (info.k, info.d, info.width, info.height)
 
-    def _visit(self, goal_handle, plan, moving_camera, static_camera):
-        views, static, detections = [], [], []
-        for index, pose in enumerate(plan):
-            if goal_handle.is_cancel_requested:
-                raise _error("CANCELED", f"canceled after {len(views)} views")
-            self._feedback(goal_handle, "moving", len(views), len(plan), float("nan"))
-            target = np.array([pose.joint_positions[j] for j in ARM_JOINTS])
-            if not self._move(target):
-                self.get_logger().warning(f"pose {index} not reached within {self.p['move_timeout_s']} s; skipped")
-                continue
-            self._feedback(goal_handle, "detecting", len(views), len(plan), float("nan"))
-            for camera in filter(None, (moving_camera, static_camera)):
-                image = self._next_image(camera, time.time_ns())
-                q = self.joints.at(image.header.stamp.sec * 1_000_000_000 + image.header.stamp.nanosec)
-                try:
-                    detection = self.detector.detect(image_to_numpy(image))
-                except TargetNotFound as error:
-                    self.get_logger().warning(f"pose {index}, {camera}: {error}")
-                    continue
-                if camera == moving_camera and q is not None:
-                    views.append(handeye.View(self._fk(q), detection, label=str(index)))
-                    detections.append(detection)
-                elif camera == static_camera:
-                    static.append(detection)
-        cameras = {c: self._camera(c, detections if c == moving_camera else static)
-                   for c in filter(None, (moving_camera, static_camera))}
-        return views, cameras, static
+    # ---------------------------------------------------------------- the live run's cell
+    def now_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
 
-    @contextmanager
-    def _streaming(self, hold: np.ndarray):
-        """Arm the monitor and stream targets (holding `hold` until a move) for the block;
-        then disarm first (the monitor ignores what follows) and stop the stream."""
-        self.stream = TargetStream(hold)
-        stop = threading.Event()
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
-        def publish(q: np.ndarray) -> None:
+    def start_stream(self, stream: TargetStream) -> None:
+        def publish(q) -> None:
             msg = JointState(name=list(ARM_JOINTS), position=[float(v) for v in q])
             msg.header.stamp = self.get_clock().now().to_msg()
             self.command_pub.publish(msg)
 
-        streamer = threading.Thread(target=stream_targets, args=(self.stream, publish, self.p["command_period_s"], stop),
-                                    name="calibration_targets", daemon=True)
-        streamer.start()
+        self._stream_stop.clear()
+        self._streamer = threading.Thread(target=stream_targets, name="calibration_targets", daemon=True,
+                                          args=(stream, publish, self.p["command_period_s"], self._stream_stop))
+        self._streamer.start()
+
+    def stop_stream(self) -> None:
+        self._stream_stop.set()
+        if self._streamer is not None:
+            self._streamer.join()
+
+    def arm(self) -> None:
+        if self.envelope is None:
+            return
         try:
-            time.sleep(0.1)  # a few holds first: the monitor's first step is referenced to the measurement
-            self._set_armed(True)
-            yield
-        finally:
+            self.envelope.arm()
+        except ClientError as error:
+            if error.code == ErrorCode.NOT_READY:
+                raise calibration_error("NOT_READY", f"no envelope monitor at {self.p['monitor_node']}: start it "
+                                        "(live moves go through it) or set monitor_node to '' on a cell without "
+                                        "one") from None
+            raise calibration_error("ENVELOPE_VIOLATION", f"the envelope monitor refused to arm: {error}") from None
+
+    def disarm(self) -> None:
+        if self.envelope is not None:
             try:
-                self._set_armed(False)
-            finally:
-                stop.set()
-                streamer.join()
-                self.stream = None
+                self.envelope.disarm()
+            except ClientError as error:
+                self.get_logger().warning(f"disarming the envelope monitor: {error}")
 
-    def _set_armed(self, armed: bool) -> None:
-        if not self.p["monitor_node"]:
-            return
-        if not self.arm_client.wait_for_service(timeout_sec=5.0):
-            if armed:
-                raise _error("NOT_READY", f"no envelope monitor at {self.p['monitor_node']}: start it (live moves go "
-                             "through it) or set monitor_node to '' on a cell without one")
-            return
-        future = self.arm_client.call_async(SetArmed.Request(armed=armed))
-        deadline = time.monotonic() + 5.0
-        while not future.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        response = future.result() if future.done() else None
-        if armed and (response is None or response.error.code != ErrorCode.NONE):
-            why = response.error.message if response is not None else "no answer in 5 s"
-            raise _error("ENVELOPE_VIOLATION", f"the envelope monitor refused to arm: {why}")
+    def fault(self) -> str:
+        return self.envelope.fault_text() if self.envelope is not None else ""
 
-    def _check_monitor(self) -> None:
-        status = self.monitor_status
-        if self.p["monitor_node"] and status is not None and status.state == EnvelopeStatus.STATE_FAULT:
-            raise _error("ENVELOPE_VIOLATION", f"the envelope monitor stopped the arm: {status.reason} "
-                         "(reset it with ~/reset_fault after checking the cell, then calibrate again)")
-
-    def _move(self, target: np.ndarray) -> bool:
-        self.stream.follow(move_targets(self.stream.last, target, self.p["max_joint_speed_rad_s"],
-                                        self.p["command_period_s"]))
-        while not self.stream.idle():
-            self._check_monitor()
-            time.sleep(0.02)
-        deadline = time.monotonic() + self.p["move_timeout_s"]
-        while time.monotonic() < deadline:
-            self._check_monitor()
-            since = time.time_ns() - int(self.p["settle_time_s"] * 1e9)
-            if self.joints.settled(target, since_ns=since, position_tolerance=self.p["settle_position_tolerance_rad"],
-                                   velocity_tolerance=self.p["settle_velocity_rad_s"]):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def _next_image(self, camera: str, after_ns: int, timeout_s: float = 5.0) -> Image:
+    def next_image(self, camera: str, after_ns: int, timeout_s: float) -> Frame:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             image = self.images.get(camera)
             if image is not None and image.header.stamp.sec * 1_000_000_000 + image.header.stamp.nanosec > after_ns:
-                return image
+                return Frame(image.header.stamp.sec * 1_000_000_000 + image.header.stamp.nanosec, image_to_numpy(image))
             time.sleep(0.01)
         raise TimeoutError(f"no new image on /{camera}/color/image_raw within {timeout_s} s: is the camera running?")
-
-    def _camera(self, camera: str, detections):
-        if self.p["intrinsics_source"] == "calibrate":
-            size = (self.workcell.cameras[camera].width, self.workcell.cameras[camera].height)
-            return calibrate_intrinsics(detections, size)
-        info = self.infos.get(camera)
-        if info is None:
-            raise TimeoutError(f"no /{camera}/color/camera_info received; set intrinsics_source to 'calibrate'")
-        return from_camera_info(info.k, info.d, info.width, info.height)
-
-    def _planner(self, camera: str) -> PosePlanner:
-        home = self.workcell.home_joint_positions
-        optical = self.workcell.cameras[camera].color_optical_frame
-        gripper_T_camera = se3.inv(self._link(self.p["gripper_frame"], home)) @ self._link(optical, home)
-        limits = PlannerLimits(distance_m=tuple(self.p["planner_distance_m"]), max_tilt_deg=self.p["planner_max_tilt_deg"])
-        envelope = Path(self.p["envelope_config"]) if self.p["envelope_config"] else default_config_dir() / "envelope.yaml"
-        if envelope.is_file():
-            limits = sources.planner_limits_from_envelope(envelope, limits)
-        intrinsics = self.workcell.cameras[camera]
-        model = from_camera_info(np.array(intrinsics.camera_matrix).ravel(), [], intrinsics.width, intrinsics.height)
-        return PosePlanner(self.kinematics.model, arm_joints=ARM_JOINTS, gripper_frame=self.p["gripper_frame"],
-                           gripper_T_camera=gripper_T_camera, world_T_target=self._link(self.workcell.board.frame, home),
-                           target_points=self.target.object_points(), camera=model, limits=limits)
-
-    def _link(self, link: str, positions) -> np.ndarray:
-        return self.kinematics.world_T_link(link, positions)
-
-    def _fk(self, q: np.ndarray) -> np.ndarray:
-        return self._link(self.p["gripper_frame"], dict(zip(ARM_JOINTS, q)))
-
-    def _write(self, camera: str, solved, model, goal) -> Path:
-        parent = self.p["gripper_frame"] if solved.setup == handeye.Setup.EYE_IN_HAND else self.p["base_frame"]
-        child = self.workcell.cameras[camera].color_optical_frame + self.p["child_frame_suffix"]
-        document = calibration_io.calibration_document(
-            solved, camera_name=camera, parent_frame=parent, child_frame=child, camera=model,
-            source={"mode": goal.source, "bag": goal.bag_path or None, "workcell": self.p["workcell_name"]})
-        path = Path(self.p["calibration_root"]) / self.p["workcell_name"] / f"{camera}.yaml"
-        calibration_io.write_calibration(path, document)
-        self.published[camera] = FrameTransform(parent, child, solved.transform)
-        self.tf_static_pub.publish(tf_msg(list(self.published.values()), self.get_clock().now().to_msg()))
-        return path
-
-    def _feedback(self, goal_handle, stage: str, collected: int, planned: int, residual: float) -> None:
-        goal_handle.publish_feedback(Calibrate.Feedback(stage=stage, views_collected=collected, views_planned=planned,
-                                                        current_residual_px=residual))
-
-
-def _error(code: str, message: str) -> CalibrationError:
-    error = CalibrationError(message)
-    error.code = code
-    return error
 
 
 def main(args=None) -> None:

@@ -1,18 +1,23 @@
-"""Pieces of a live calibration run that need no ROS: moves, settling, the session's views.
+"""A live calibration run without ROS: move to each planned pose through the envelope
+monitor, wait until the arm settles, pair the next image with the joint state at its stamp.
 
-Pure Python (no rclpy). The node feeds joint states and images in and publishes what
-these functions return.
+Pure Python (no rclpy). `LiveRun` drives a `LiveCell`: the calibration server's node is one
+(DDS topics and the envelope monitor's services), a test's in-process simulation is another.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
+from twinloop_calibration.degeneracy import CalibrationError
+from twinloop_calibration.handeye import View
+from twinloop_calibration.targets import Detection, TargetDetector, TargetNotFound
 from twinloop_twin.motion import minimum_jerk
 
 COMMAND_PERIOD_S = 0.004  # the envelope monitor's command period: one message is one step
@@ -120,3 +125,146 @@ class JointBuffer:
             return False
         return all(np.max(np.abs(q - target)) < position_tolerance and np.max(np.abs(v)) < velocity_tolerance
                    for _, q, v in recent)
+
+
+def calibration_error(code: str, message: str) -> CalibrationError:
+    """A CalibrationError with the given twinloop_interfaces ErrorCode name."""
+    error = CalibrationError(message)
+    error.code = code
+    return error
+
+
+@dataclass(frozen=True)
+class Frame:
+    stamp_ns: int  # on the clock of the joint-state stamps
+    image: np.ndarray  # RGB
+
+
+class LiveCell(Protocol):
+    """What a live run needs from the cell. Every call may block; `fault()` is '' while the
+    envelope monitor holds no fault."""
+
+    joints: JointBuffer
+
+    def now_ns(self) -> int: ...  # the clock of the joint-state and image stamps
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def start_stream(self, stream: TargetStream) -> None: ...  # publish stream.next() every command period
+
+    def stop_stream(self) -> None: ...
+
+    def arm(self) -> None: ...  # raises CalibrationError when the monitor refuses
+
+    def disarm(self) -> None: ...
+
+    def fault(self) -> str: ...
+
+    def next_image(self, camera: str, after_ns: int, timeout_s: float) -> Frame: ...  # raises TimeoutError
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    command_period_s: float = COMMAND_PERIOD_S  # the monitor's: one message is one step
+    max_joint_speed_rad_s: float = 0.6  # peak of the minimum-jerk moves
+    settle_position_tolerance_rad: float = 0.003
+    settle_velocity_rad_s: float = 0.01
+    settle_time_s: float = 0.3
+    move_timeout_s: float = 8.0  # a pose not settled by then is skipped
+    first_state_timeout_s: float = 30.0
+    image_timeout_s: float = 5.0
+
+
+@dataclass
+class LiveViews:
+    views: list[View]  # of the moving camera, with the gripper pose at each image
+    detections: dict[str, list[Detection]]  # per camera
+    skipped: list[int]  # poses not reached
+
+
+class LiveRun:
+    """The live sequence on a cell: arm, visit the poses, disarm (also on errors and cancel)."""
+
+    def __init__(self, cell: LiveCell, detector: TargetDetector, forward_kinematics: Callable[[np.ndarray], np.ndarray],
+                 settings: LiveSettings = LiveSettings(), *, log: Callable[[str], None] = lambda message: None) -> None:
+        self.cell, self.detector, self.fk, self.settings, self.log = cell, detector, forward_kinematics, settings, log
+        self.stream: TargetStream | None = None
+
+    def first_joint_state(self) -> np.ndarray:
+        deadline = time.monotonic() + self.settings.first_state_timeout_s
+        while self.cell.joints.latest() is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no /joint_states received in {self.settings.first_state_timeout_s:.0f} s: is "
+                                   "the workcell (or robot driver) running?")
+            self.cell.sleep(0.1)
+        return self.cell.joints.latest()[1]
+
+    def collect(self, poses: Sequence[np.ndarray], moving_camera: str, static_camera: str | None = None, *,
+                cancelled: Callable[[], bool] = lambda: False,
+                feedback: Callable[[str, int, int], None] = lambda stage, views, planned: None) -> LiveViews:
+        """Visit `poses` (arm joint positions); at each, an image of each camera."""
+        out = LiveViews([], {c: [] for c in filter(None, (moving_camera, static_camera))}, [])
+        with self._streaming(self.first_joint_state()):
+            for index, target in enumerate(poses):
+                if cancelled():
+                    raise calibration_error("CANCELED", f"canceled after {len(out.views)} views")
+                feedback("moving", len(out.views), len(poses))
+                if not self.move(np.asarray(target, dtype=float)):
+                    self.log(f"pose {index} not reached within {self.settings.move_timeout_s} s; skipped")
+                    out.skipped.append(index)
+                    continue
+                feedback("detecting", len(out.views), len(poses))
+                for camera in out.detections:
+                    frame = self.cell.next_image(camera, self.cell.now_ns(), self.settings.image_timeout_s)
+                    q = self.cell.joints.at(frame.stamp_ns)
+                    try:
+                        detection = self.detector.detect(frame.image)
+                    except TargetNotFound as error:
+                        self.log(f"pose {index}, {camera}: {error}")
+                        continue
+                    if camera == moving_camera and q is None:
+                        continue
+                    out.detections[camera].append(detection)
+                    if camera == moving_camera:
+                        out.views.append(View(self.fk(q), detection, label=str(index)))
+        return out
+
+    @contextmanager
+    def _streaming(self, hold: np.ndarray) -> Iterator[None]:
+        """Stream targets (holding `hold` until a move) and arm the monitor for the block;
+        then disarm first (the monitor ignores what follows) and stop the stream."""
+        self.stream = TargetStream(hold)
+        self.cell.start_stream(self.stream)
+        try:
+            self.cell.sleep(0.1)  # a few holds first: the monitor's first step is referenced to the measurement
+            self.cell.arm()
+            yield
+        finally:
+            try:
+                self.cell.disarm()
+            finally:
+                self.cell.stop_stream()
+                self.stream = None
+
+    def check_monitor(self) -> None:
+        fault = self.cell.fault()
+        if fault:
+            raise calibration_error("ENVELOPE_VIOLATION", f"the envelope monitor stopped the arm: {fault} (reset it "
+                                    "with ~/reset_fault after checking the cell, then calibrate again)")
+
+    def move(self, target: np.ndarray) -> bool:
+        """Follow a minimum-jerk path to `target`; True once the arm has settled there."""
+        s = self.settings
+        self.stream.follow(move_targets(self.stream.last, target, s.max_joint_speed_rad_s, s.command_period_s))
+        while not self.stream.idle():
+            self.check_monitor()
+            self.cell.sleep(0.02)
+        deadline = self.cell.now_ns() + int(s.move_timeout_s * 1e9)
+        while self.cell.now_ns() < deadline:
+            self.check_monitor()
+            since = self.cell.now_ns() - int(s.settle_time_s * 1e9)
+            if self.cell.joints.settled(target, since_ns=since, position_tolerance=s.settle_position_tolerance_rad,
+                                        velocity_tolerance=s.settle_velocity_rad_s):
+                return True
+            self.cell.sleep(0.05)
+        return False
