@@ -19,12 +19,17 @@ from twinloop_interfaces.msg import ErrorCode, RecordingStatus, SessionId, Topic
 from twinloop_interfaces.srv import AnnotateRecording, StartRecording, StopRecording
 
 from twinloop_logging.bag_writer import BagOptionError
+from twinloop_logging.drops import DeclaredRateError, parse_declared_rates
 from twinloop_logging.profiles import ProfileError, load_profiles, select_profile
 from twinloop_logging.recording import RecordingOptions, RecordingSnapshot, SessionWriter
 from twinloop_logging.session import BagExistsError, SessionError, bag_path_for, new_session
 from twinloop_logging.typedefs import TypeResolver, UnknownMessageType
 from twinloop_ros.node import StartupError, declare, run_node
 from twinloop_twin.workcell import default_config_dir
+
+DRAIN_MAX = 200  # messages of one topic taken per callback before the other topics get a turn
+# The emulated workcell's cameras (camera_rate_hz in config/emulated_workcell.yaml).
+CAMERAS_DECLARED = "/(wrist|static)_camera/(color|depth)/(image_raw|image_rect_raw|camera_info)=15.0"
 
 
 
@@ -37,7 +42,7 @@ class Recorder(Node):
             "robot": ("emulated_panda", "robot name stored in every session"),
             "discovery_period_s": (0.5, "s, how often the graph is searched for new matching topics"),
             "status_period_s": (1.0, "s, period of the latched ~/status while recording"),
-            "queue_depth": (100, "KEEP_LAST depth of every subscription, messages"),
+            "queue_depth": (1000, "KEEP_LAST depth of every subscription, messages (1 s of a 1 kHz stream)"),
             "chunk_size_bytes": (4194304, "MCAP chunk size, bytes"),
             "flush_interval_s": (1.0, "s, the chunk being filled reaches the file at least this often"),
             "max_queue_bytes": (536870912, "bytes waiting for the disk before the recorder drops (and counts)"),
@@ -49,10 +54,13 @@ class Recorder(Node):
             "split_size_bytes": (0, "autostart: split files at this size, bytes; 0: no size split"),
             "split_duration_s": (0.0, "autostart: split files after this long, s; 0: no duration split"),
             "compress": (False, "autostart: zstd chunk compression"),
+            "declared_rates": ([CAMERAS_DECLARED], "'REGEX=HZ': the rate sources matching REGEX (re.fullmatch) are "
+                               "declared at; stamp gaps against it are frames the source skipped"),
         })
         try:
             self.profiles = load_profiles(self.p["profiles_file"] or default_config_dir() / "recording.yaml")
-        except ProfileError as error:
+            self.declared_rates = parse_declared_rates(self.p["declared_rates"])
+        except (ProfileError, DeclaredRateError) as error:
             raise StartupError(str(error)) from error
         self.types = TypeResolver()
         self.recording: SessionWriter | None = None
@@ -148,7 +156,10 @@ class Recorder(Node):
                 self.skip(topic, str(error))
                 continue
             qos = [p.qos_profile for p in publishers]
-            self.recording.add_topic(topic, definition, [_rosbags_qos(q) for q in qos])
+            account = self.recording.add_topic(topic, definition, [_rosbags_qos(q) for q in qos])
+            rate_hz = next((hz for pattern, hz in self.declared_rates if pattern.fullmatch(topic)), 0.0)
+            if rate_hz:
+                account.declare_rate(rate_hz)
             self.subscribe(topic, msg_class, qos)
             added = True
         if added:  # say so now, not at the next status period: clients wait for their topics
@@ -164,10 +175,23 @@ class Recorder(Node):
                          if every("durability", DurabilityPolicy.TRANSIENT_LOCAL) else DurabilityPolicy.VOLATILE)
         put, lost = self.recording.put, self.recording.accounts[topic].on_lost
 
-        def on_message(data, info) -> None:
+        def keep(data, info) -> None:
             gid = info.get("publisher_gid")
             put(topic, data, info["received_timestamp"] or time.time_ns(), info["source_timestamp"],
                 bytes(gid["data"]) if gid else None, info.get("publication_sequence_number"))
+
+        def on_message(data, info) -> None:
+            keep(data, info)
+            # Take what else waits here (as rclpy.wait_for_message takes): the executor rebuilds
+            # its wait set in Python for every message it hands out, which costs more than the
+            # message, so a recorder woken late took a 1 kHz stream slower than it arrived.
+            sub = self.subs[topic]
+            for _ in range(DRAIN_MAX):
+                with sub.handle:
+                    taken = sub.handle.take_message(sub.msg_type, True)
+                if taken is None:
+                    return
+                keep(*taken)
         # DDS sample-lost events (rclpy skips event types the middleware does not support).
         events = SubscriptionEventCallbacks(message_lost=lambda status: lost(status.total_count_change))
         self.subs[topic] = self.create_subscription(msg_class, topic, on_message, qos, raw=True,
@@ -195,7 +219,7 @@ class Recorder(Node):
         elif self.recording is not None:
             self.status_pub.publish(self.status_msg(self.recording.snapshot(), self.recording))
 
-    def status_msg(self, snapshot: RecordingSnapshot, recording: Recording) -> RecordingStatus:
+    def status_msg(self, snapshot: RecordingSnapshot, recording: SessionWriter) -> RecordingStatus:
         s = recording.session
         msg = RecordingStatus(recording=snapshot.recording, bag_path=snapshot.bag_path, profile=s.profile,
                               session=SessionId(session_id=s.session_id, purpose=s.purpose, split=s.split,
@@ -205,7 +229,7 @@ class Recorder(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.topics = [TopicStats(topic=c.topic, type=c.type, received=c.received, expected=c.expected,
                                  dropped_estimate=c.dropped_estimate, lost_reported=c.lost_reported,
-                                 rate_hz=c.rate_hz) for c in snapshot.topics]
+                                 rate_hz=c.rate_hz, source_skipped=c.source_skipped) for c in snapshot.topics]
         return msg
 
     def destroy_node(self) -> None:

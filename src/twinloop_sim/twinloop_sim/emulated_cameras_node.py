@@ -4,16 +4,23 @@ Started by the emulated workcell (or the sim bridge) with the name of the shared
 state it writes; renders every camera of the workcell at `camera_rate_hz` and publishes
 realsense-ros topics: `/<camera>/color/image_raw` (rgb8), `/<camera>/depth/image_rect_raw`
 (16UC1, mm, aligned to color) and both camera_info topics, stamped with the time of the
-physics state the frame shows.
+physics state the frame shows. A frame that cannot be rendered in time is skipped, not
+queued; the latched `~/status` says how many were skipped against `camera_rate_hz` and
+the rate actually delivered (the workcell's status repeats it).
 """
 from __future__ import annotations
 
 import os
+from collections import deque
 from pathlib import Path
 
+from diagnostic_msgs.msg import KeyValue
 from rclpy.node import Node
-from twinloop_ros.qos import IMAGES
+from twinloop_ros.qos import IMAGES, LATCHED
 from sensor_msgs.msg import CameraInfo, Image
+from twinloop_interfaces.msg import SystemStatus
+
+from twinloop_logging.drops import missing_periods
 
 from twinloop_twin.contract import ContractTopics
 from twinloop_ros.messages import camera_info_msg, image_msg, stamp_from_ns
@@ -62,7 +69,12 @@ class EmulatedCameras(Node):
                 "color_info": self.create_publisher(CameraInfo, topics["color_info"], IMAGES),
                 "depth_info": self.create_publisher(CameraInfo, topics["depth_info"], IMAGES),
             }
+        self.declared_rate_hz = p["camera_rate_hz"]
+        self.frames_delivered = self.frames_skipped = 0
+        self._stamps_ns: deque[int] = deque(maxlen=max(2, round(5.0 * self.declared_rate_hz)))  # ~5 s
+        self.status_pub = self.create_publisher(SystemStatus, "~/status", LATCHED)
         self.create_timer(1.0 / p["camera_rate_hz"], self.on_frame)
+        self.create_timer(1.0, self.publish_status)
 
     def on_frame(self) -> None:
         if self.parent_pid and not _alive(self.parent_pid):
@@ -72,6 +84,12 @@ class EmulatedCameras(Node):
         if snapshot is None:
             return
         qpos, stamp_ns, _ = snapshot
+        # A render slower than the period delays the next timer call past whole periods:
+        # those frames were never made (counted on the frames' own clock, the physics').
+        if self._stamps_ns:
+            self.frames_skipped += missing_periods(stamp_ns - self._stamps_ns[-1], 1e9 / self.declared_rate_hz)
+        self._stamps_ns.append(stamp_ns)
+        self.frames_delivered += 1
         self.rig.set_state(qpos)
         stamp = stamp_from_ns(stamp_ns)
         for camera, intrinsics in self.rig.cameras.items():
@@ -81,6 +99,21 @@ class EmulatedCameras(Node):
             pubs["color_info"].publish(camera_info_msg(intrinsics, intrinsics.color_optical_frame, stamp))
             pubs["depth"].publish(image_msg(depth_mm, "16UC1", intrinsics.depth_optical_frame, stamp))
             pubs["depth_info"].publish(camera_info_msg(intrinsics, intrinsics.depth_optical_frame, stamp))
+
+    def publish_status(self) -> None:
+        span_ns = self._stamps_ns[-1] - self._stamps_ns[0] if len(self._stamps_ns) > 1 else 0
+        delivered = (len(self._stamps_ns) - 1) * 1e9 / span_ns if span_ns > 0 else 0.0  # on the frames' clock
+        msg = SystemStatus(component=self.get_name(), level=SystemStatus.LEVEL_OK, message="rendering")
+        if self.frames_delivered > 1 and delivered < 0.9 * self.declared_rate_hz:
+            msg.level = SystemStatus.LEVEL_WARN
+            msg.message = (f"cameras deliver {delivered:.1f} Hz of {self.declared_rate_hz:.1f} Hz declared "
+                           f"({self.frames_skipped} frames skipped): rendering is slower than camera_rate_hz")
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.values = [KeyValue(key="camera_rate_hz_declared", value=f"{self.declared_rate_hz:.1f}"),
+                      KeyValue(key="camera_rate_hz_delivered", value=f"{delivered:.1f}"),
+                      KeyValue(key="camera_frames_delivered", value=str(self.frames_delivered)),
+                      KeyValue(key="camera_frames_skipped", value=str(self.frames_skipped))]
+        self.status_pub.publish(msg)
 
     def destroy_node(self) -> None:
         self.rig.close()

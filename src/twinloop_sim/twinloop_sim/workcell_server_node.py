@@ -94,6 +94,11 @@ class WorkcellServer(Node):
         self.create_timer(self._period_s if self.real_time else 0.001, self.on_tick)
         self.create_timer(1.0, self.publish_status)
         self.cameras = self._start_cameras() if self.p["cameras_enabled"] else None
+        # What the camera process delivered against camera_rate_hz, repeated in ~/status.
+        self.camera_status: SystemStatus | None = None
+        if self.cameras is not None:
+            self.create_subscription(SystemStatus, f"{self._cameras_node_name()}/status",
+                                     lambda msg: setattr(self, "camera_status", msg), LATCHED)
         self.get_logger().info(
             f"{node_name} up: {self.served.description}; joint states at {self.p['joint_state_rate_hz']:.0f} Hz "
             f"({'real time' if self.real_time else 'as fast as possible'}, "
@@ -207,11 +212,15 @@ class WorkcellServer(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         if self.cameras is not None and self.cameras.poll() is not None:
             msg.level, msg.message = SystemStatus.LEVEL_ERROR, "camera process exited"
+        elif self.camera_status is not None and self.camera_status.level != SystemStatus.LEVEL_OK:
+            msg.level, msg.message = self.camera_status.level, self.camera_status.message
         msg.values = [KeyValue(key="joint_states_rate_hz", value=f"{self.joint_state_rate.rate_hz():.1f}"),
                       KeyValue(key="commands_applied", value=str(self.commands_applied)),
                       KeyValue(key="commands_rejected", value=str(self.commands_rejected)),
                       KeyValue(key="lag_skips", value=str(self.lag_skips)),
                       KeyValue(key="sim_time_s", value=f"{self.sim.time_s:.3f}")]
+        if self.camera_status is not None:
+            msg.values += list(self.camera_status.values)
         self.status_pub.publish(msg)
 
     # ---------------------------------------------------------------- cameras
@@ -223,10 +232,14 @@ class WorkcellServer(Node):
                       "use_sim_time": "true" if self.simulated_clock else "false",
                       "parent_pid": str(os.getpid())}
         args = [sys.executable, "-m", "twinloop_sim.emulated_cameras_node", "--ros-args",
-                "-r", f"__ns:={self.get_namespace()}"]
+                "-r", f"__ns:={self.get_namespace()}", "-r", f"__node:={self._cameras_node_name()}"]
         for name, value in parameters.items():
             args += ["-p", f"{name}:={value}"]
         return subprocess.Popen(args)
+
+    def _cameras_node_name(self) -> str:
+        """Named after this node: an emulated workcell and a sim bridge may run side by side."""
+        return f"{self.get_name()}_cameras"
 
     def destroy_node(self) -> None:
         if self.cameras is not None and self.cameras.poll() is None:
