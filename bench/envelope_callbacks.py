@@ -2,11 +2,11 @@
 streams through it (emulated workcell without cameras, monitor, recorder, `twinloop build
 excite`, each a process, as `twinloop bringup` runs them).
 
-Prints, measured in one run, with the load average: gaps between the monitor's handled
-joint states and commands, and how late its watchdog ticks ran after they were due
-(p50 / p99 / max, ms), the excite exit status and the monitor's fault, if any.
+Prints, measured in one run, with the load average: the monitor's CPU time, gaps between
+its handled joint states and commands, and how late its watchdog ticks ran after they were
+due (p50 / p99 / max, ms), the excite exit status and the monitor's fault, if any.
 
-    .venv/bin/python bench/envelope_callbacks.py [--duration 8]
+    .venv/bin/python bench/envelope_callbacks.py [--duration 8] [--control-rate 500]
 
 The monitor is the shipped node with its callbacks timed (`--monitor`, run as a child).
 """
@@ -24,7 +24,7 @@ import numpy as np
 
 from twinloop_ros.process import NodeProcess, fresh_domain_id, localhost_env
 
-TIMES: dict[str, list[float]] = {"joint_state": [], "command": [], "tick_late": []}
+TIMES: dict = {"joint_state": [], "command": [], "tick_late": []}
 
 
 def run_monitor() -> None:
@@ -47,14 +47,18 @@ def run_monitor() -> None:
             TIMES["tick_late"].append((info.actual_call_time - info.expected_call_time).nanoseconds * 1e-9)
             super().on_tick(info)
 
+    started, cpu = time.monotonic(), time.process_time()
     try:
         run_node(TimedMonitor, executor=make_executor())
     finally:
+        TIMES.update(cpu_s=time.process_time() - cpu, wall_s=time.monotonic() - started)
         Path(os.environ["TIMES_OUT"]).write_text(json.dumps(TIMES))
 
 
 def stats_ms(values) -> str:
     v = np.asarray(values) * 1e3
+    if not len(v):
+        return "none"
     return f"p50 {np.percentile(v, 50):.1f}, p99 {np.percentile(v, 99):.1f}, max {v.max():.1f}"
 
 
@@ -62,6 +66,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--duration", type=float, default=8.0, help="s of joint excitation")
     parser.add_argument("--watchdog", type=float, default=0.25, help="s, both monitor watchdogs")
+    parser.add_argument("--control-rate", type=float, default=None, help="Hz, the monitor's watchdog rate "
+                        "(default: the node's)")
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="envelope-callbacks-"))
     domain = fresh_domain_id()
@@ -69,9 +75,10 @@ def main() -> None:
     workcell = NodeProcess("twinloop_sim.emulated_workcell_node", domain, {"cameras_enabled": False},
                            log_path=logs / "workcell.log")
     monitor_log = open(logs / "monitor.log", "w")
+    rate = ["-p", f"control_rate_hz:={args.control_rate}"] if args.control_rate else []
     monitor = subprocess.Popen(
         [sys.executable, __file__, "--monitor", "--ros-args", "-p", f"command_timeout_s:={args.watchdog}",
-         "-p", f"joint_state_timeout_s:={args.watchdog}"],
+         "-p", f"joint_state_timeout_s:={args.watchdog}", *rate],
         env=localhost_env(domain, TIMES_OUT=str(times_out)), stdout=monitor_log, stderr=subprocess.STDOUT)
     recorder = NodeProcess("twinloop_logging.recorder_node", domain, {"output_dir": str(logs / "bags")},
                            log_path=logs / "recorder.log")
@@ -90,6 +97,7 @@ def main() -> None:
         monitor_log.close()
         workcell.stop()
     times = json.loads(times_out.read_text())
+    print(f"monitor CPU {times['cpu_s'] / times['wall_s'] * 100:.0f} % of a core over {times['wall_s']:.0f} s")
     faults = [line for line in (logs / "monitor.log").read_text().splitlines() if "envelope fault" in line]
     print(f"load average {load_before:.1f} before, {load_after:.1f} after; excite exit {excite.returncode}; "
           f"monitor faults: {faults or 'none'}")

@@ -60,7 +60,7 @@ class EnvelopeMonitorNode(Node):
             "max_force_n": (60.0, "N: external force limit from the wrench topic; <= 0 disables"),
             "command_timeout_s": (0.1, "s: stale command stream once armed and commanded"),
             "joint_state_timeout_s": (0.1, "s: stale joint states"),
-            "control_rate_hz": (500.0, "Hz: watchdog rate"),
+            "control_rate_hz": (100.0, "Hz: watchdog rate (10 ms resolution against 0.1-0.5 s timeouts)"),
             "hold_republish_hz": (10.0, "Hz: the hold command is repeated at this rate while faulted"),
             "command_topics": (["/twinloop/policy/command", "/twinloop/calibration/command",
                                 "/twinloop/builder/command"],
