@@ -23,6 +23,7 @@ setup(
         # `twinloop <command>` (twinloop_bringup.cli dispatches)
         'twinloop.commands': [
             'policy = twinloop_policy.cli:main',
+            'trials = twinloop_policy.cli:trials_main',
         ],
     },
 )
