@@ -1,4 +1,4 @@
-"""`make demo`: the embedded default, end to end as far as the suite goes today.
+"""twinloop demo: the embedded default end to end as far as the suite goes today (`make demo`).
 
 1. writes (or verifies) the nominal twin v0 of the emulated workcell,
 2. brings up the emulated workcell (MuJoCo with hidden true physics, a stand-in for
@@ -10,6 +10,10 @@
    monitor forwarded, what the recorder kept,
 5. replays the recorded run in the nominal twin and prints how far its prediction is off.
 Later stages (calibration, identification, policy training, validation) extend it.
+The monitor and the recorder are driven through twinloop_ros.clients, as a user's tool would.
+
+Exit codes: 0 done; 1 the stack did not come up, a node refused, or the monitor stopped
+the arm (the message says which, and where the node logs are).
 """
 from __future__ import annotations
 
@@ -20,15 +24,13 @@ from pathlib import Path
 
 import numpy as np
 from sensor_msgs.msg import Image, JointState
-from twinloop_interfaces.msg import EnvelopeStatus, RecordingStatus, SessionId
-from twinloop_interfaces.srv import SetArmed, StartRecording, StopRecording
+from twinloop_interfaces.msg import SessionId
 
 from twinloop_twin.motion import demo_motion, period_jitter_ms, rate_hz, tracking_report
 from twinloop_sim.replay import format_report, replay_bag
-from twinloop_ros.clients import not_yet_recorded
+from twinloop_ros.clients import ClientError, EnvelopeClient, RecorderClient
 from twinloop_ros.process import NodeProcess, fresh_domain_id
 from twinloop_ros.session import RosSession
-from twinloop_ros.qos import LATCHED
 from twinloop_twin.nominal import ensure_nominal_twin
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
@@ -89,34 +91,30 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosSession) 
     states = probe.collect(JointState, "/joint_states", qos=1000, transform=_joint_sample)
     images = {camera: probe.collect(Image, f"/{camera}/color/image_raw", transform=lambda m: _stamp(m.header.stamp))
               for camera in workcell.cameras}
-    envelope = probe.collect(EnvelopeStatus, "/twinloop/envelope/status", LATCHED)
-    recorder_status = probe.collect(RecordingStatus, "/recorder/status", LATCHED)
+    monitor = EnvelopeClient(probe.node)
+    recorder = RecorderClient(probe.node)
     # Principle 5: the demo commands like a policy; only the envelope monitor writes /joint_command.
     command_pub = probe.node.create_publisher(JointState, "/twinloop/policy/command", 100)
     started = time.monotonic()
     try:
-        probe.wait_for(lambda: len(states) > 100 and all(images.values()) and envelope
+        probe.wait_for(lambda: len(states) > 100 and all(images.values()) and monitor.status is not None
                        and command_pub.get_subscription_count() > 0, 60.0, "joint states, images, envelope monitor")
-        recording = probe.call(StartRecording, "/recorder/start", StartRecording.Request(
-            profile="identification", session=SessionId(purpose=SessionId.PURPOSE_DEMONSTRATION,
-                                                        split=SessionId.SPLIT_HELD_OUT),
-            operator_note="make demo: scripted tour through the envelope monitor",
-            twin_version=f"{twin.workcell}/v{twin.version}"))
+        bag_path = recorder.start(profile="identification", purpose=SessionId.PURPOSE_DEMONSTRATION,
+                                  split=SessionId.SPLIT_HELD_OUT,
+                                  note="make demo: scripted tour through the envelope monitor",
+                                  twin_version=f"{twin.workcell}/v{twin.version}")
         # The recorder subscribes as it discovers the topics: the tour starts once it records the robot's.
-        if not recording.error.code:
-            probe.wait_for(lambda: recorder_status and not not_yet_recorded(
-                recorder_status[-1][1], recording.bag_path, ("/joint_states", "/joint_command")), 10.0,
-                "the recorder recording /joint_states and /joint_command")
+        recorder.wait_until_recording(bag_path, ("/joint_states", "/joint_command"), timeout_s=10.0)
         # Armed last, right before the first command: the command watchdog starts with it.
-        armed = probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=True))
+        monitor.arm()
     except TimeoutError as error:
         say(f"ERROR: the workcell stack did not come up ({error}); logs: "
             f"{', '.join(str(p.log_path) for p in processes)}")
         return None
-    if armed.error.code or recording.error.code:
-        say(f"ERROR: {armed.error.message or recording.error.message}")
+    except ClientError as error:
+        say(f"ERROR: {error}")
         return None
-    say(f"stack up after {time.monotonic() - started:.1f} s; envelope armed; recording {recording.bag_path}")
+    say(f"stack up after {time.monotonic() - started:.1f} s; envelope armed; recording {bag_path}")
 
     motion = demo_motion(workcell.home_joint_positions, ARM_JOINTS, args.segment_s)
     say(f"driving the arm: {len(motion.waypoints) - 1} minimum-jerk segments, {motion.duration_s:.0f} s, "
@@ -126,20 +124,24 @@ def _run(args, workcell, twin, processes: list[NodeProcess], probe: RosSession) 
     commands = _stream(motion, command_pub, probe, args.segment_s)
     # Disarmed as soon as the stream ends, as a policy runner does: a silent stream would
     # trip the command watchdog. The motion ends at rest on its last target.
-    probe.call(SetArmed, "/envelope_monitor/set_armed", SetArmed.Request(armed=False))
-    time.sleep(1.0)
-    stopped = probe.call(StopRecording, "/recorder/stop", StopRecording.Request())
+    try:
+        monitor.disarm()
+        time.sleep(1.0)
+        bag_path = recorder.stop()
+    except ClientError as error:
+        say(f"ERROR: {error}")
+        return None
     _report(states[window_start:], {c: s[image_start[c]:] for c, s in images.items()}, commands, workcell)
-    status = envelope[-1][1]
+    status = monitor.status
     print(f"  envelope monitor: {status.commands_forwarded} commands forwarded, {status.commands_rejected} rejected, "
           f"fault {status.fault} {status.reason}")
-    drops = sum(t.dropped_estimate for t in stopped.status.topics)
-    print(f"  recorded: {stopped.bag_path} ({len(stopped.status.topics)} topics, {drops} messages dropped)")
+    drops = sum(t.dropped_estimate for t in recorder.status.topics)
+    print(f"  recorded: {bag_path} ({len(recorder.status.topics)} topics, {drops} messages dropped)")
     if status.fault:
         say(f"ERROR: the envelope monitor stopped the arm ({status.reason}); {status.commands_forwarded} of "
             f"{len(commands)} commands reached the robot. The run is recorded; see {processes[1].log_path}")
         return None
-    return Path(stopped.bag_path)
+    return Path(bag_path)
 
 
 def _stream(motion, publisher, probe: RosSession, segment_s: float) -> list:
