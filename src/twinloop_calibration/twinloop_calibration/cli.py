@@ -1,9 +1,12 @@
-"""`twinloop calibrate`: hand-eye calibration from a bag or a data-set folder; prints the report.
+"""twinloop calibrate: hand-eye calibration live (the running calibration server), from a bag or a data set.
 
+  twinloop calibrate --live --camera static_camera       # a Calibrate goal; see live_cli.py
   twinloop calibrate --bag bags/calib_0001 --camera wrist_camera --setup eye_in_hand
   twinloop calibrate --dataset <industrial_calibration cal_data.yaml> --setup eye_in_hand
 
-Exit codes: 0 success, 2 bad input or data that cannot give a trustworthy result.
+Exit codes: 0 success, 2 bad input or data that cannot give a trustworthy result; with
+--live also 3 (the server or monitor not running or not ready), 4 (the run failed) and
+130 (cancelled by Ctrl-C), see twinloop_calibration/live_cli.py.
 """
 from __future__ import annotations
 
@@ -21,10 +24,15 @@ from twinloop_twin.workcell import WorkcellConfigError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="twinloop calibrate", description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--live", action="store_true",
+                        help="send a Calibrate goal to the running calibration server (the arm moves)")
     source.add_argument("--bag", help="recorded calibration bag (twinloop_logging)")
     source.add_argument("--dataset", help="industrial_calibration cal_data.yaml (image/pose pairs)")
     parser.add_argument("--camera", default="wrist_camera", help="camera name (bag topics /<camera>/color/...)")
-    parser.add_argument("--setup", choices=[s.value for s in handeye.Setup], default="eye_in_hand")
+    parser.add_argument("--setup", choices=[s.value for s in handeye.Setup], default=None,
+                        help="default: eye_in_hand (bag, dataset); with --live from the camera's mount")
+    parser.add_argument("--views", type=int, default=0, help="--live: views to plan (0: the server's default)")
+    parser.add_argument("--server", default="/calibration_server", help="--live: node name of the server")
     parser.add_argument("--target", default="", help="target name in config/calibration_targets.yaml (bags)")
     parser.add_argument("--gripper-frame", default="panda_hand")
     parser.add_argument("--bootstrap", type=int, default=30, help="bootstrap resamples (0: none)")
@@ -32,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-rotation-std-deg", type=float, default=1.0)
     parser.add_argument("--output", help="write the calibration YAML here")
     args = parser.parse_args(argv)
+    if args.live:
+        from twinloop_calibration import live_cli
+        return live_cli.run(args)
+    args.setup = args.setup or "eye_in_hand"
     problem = _check_options(args)
     if problem:
         print(f"twinloop calibrate: error: {problem}", file=sys.stderr)
