@@ -14,6 +14,7 @@ pointing down) turned into joint trajectories by damped least-squares IK on the 
 from __future__ import annotations
 
 import math
+import numbers
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +140,7 @@ def check_joint_config(config: JointExcitationConfig, source: object = "joint ex
     not finite, or out of range (a NaN amplitude would silently leave its joint still)."""
     def number(name: str, value, *, low: float | None = None, high: float | None = None,
                strict_low: bool = True) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise ExcitationError(f"{source}: {name} must be a finite number, got {value!r}")
         if low is not None and (value <= low if strict_low else value < low) or high is not None and value > high:
             bounds = f"{'>' if strict_low else '>='} {low}" if low is not None else ""
@@ -155,7 +156,7 @@ def check_joint_config(config: JointExcitationConfig, source: object = "joint ex
         number("band_hz", value, low=0.0)
     for name in ("components", "seed"):
         value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or name == "components" and value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or name == "components" and value < 1:
             raise ExcitationError(f"{source}: {name} must be a whole number{' >= 1' if name == 'components' else ''}"
                                   f", got {value!r}")
     for joint, value in dict(config.amplitude).items():
@@ -178,7 +179,7 @@ def _validate(config: ExcitationConfig, source) -> None:
     for i, push in enumerate(config.pushes):
         for name in PushConfig.__dataclass_fields__:
             value = getattr(push, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ExcitationError(f"{source}: push {i}: {name} must be a finite number, got {value!r}")
         if push.distance_m <= 0 or push.speed_m_s <= 0:
             raise ExcitationError(f"{source}: push {i} needs distance_m > 0 and speed_m_s > 0, got {push}")
