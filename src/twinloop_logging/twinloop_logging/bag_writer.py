@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from io import StringIO
@@ -41,10 +42,10 @@ class BagOptionError(ValueError):
 def check_options(*, chunk_size: int, split_size_bytes: int, split_duration_s: float) -> None:
     """Raise BagOptionError naming the first option out of range."""
     for name, value, low in (("chunk_size", chunk_size, 1), ("split_size_bytes", split_size_bytes, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
             raise BagOptionError(f"{name} must be a whole number of bytes >= {low}"
                                  f"{' (0: no size split)' if low == 0 else ''}, got {value!r}")
-    if isinstance(split_duration_s, bool) or not isinstance(split_duration_s, (int, float)) \
+    if isinstance(split_duration_s, bool) or not isinstance(split_duration_s, numbers.Real) \
             or not math.isfinite(split_duration_s) or split_duration_s < 0:
         raise BagOptionError(f"split_duration_s must be a finite number of seconds >= 0 (0: no duration split), "
                              f"got {split_duration_s!r}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import numbers
 import os
 import shutil
 import sys
@@ -91,10 +92,10 @@ def _check_values(goal: Sequence[float], joints: Sequence[str], **positive: floa
     if len(values) != len(joints):
         raise PolicySpecError(f"the goal has {len(values)} values for {len(joints)} joints {list(joints)}")
     for joint, value in zip(joints, values):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise PolicySpecError(f"goal of {joint} must be a finite number of radians, got {value!r}")
     for name, value in positive.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
             raise PolicySpecError(f"{_LABELS.get(name, name)} must be a finite number > 0, got {value!r}")
     return [float(v) for v in values]
 
