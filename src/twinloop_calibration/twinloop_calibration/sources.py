@@ -46,8 +46,10 @@ def views_from_bag(path: Path | str, *, camera_name: str, detector: TargetDetect
         with open_bag(path) as bag:
             joints = bag.joint_states("/joint_states", joint_names)
             info = bag.camera_info(f"/{camera_name}/color/camera_info")
-            count = bag.topic_stats().get(f"/{camera_name}/color/image_raw", {}).get("count", 0)
-            every = max(1, int(count) // max_frames) if count else 1
+            # Spread the frames read over the whole session (the index's count, which every bag
+            # has), not the first max_frames: a session starts with the arm at rest.
+            count = bag.require(f"/{camera_name}/color/image_raw").count
+            every = max(1, count // max_frames)
             images = bag.images(f"/{camera_name}/color/image_raw", every=every, max_frames=max_frames)
     except BagError as error:
         raise SourceError(f"cannot read the calibration bag {path}: {error}") from error
