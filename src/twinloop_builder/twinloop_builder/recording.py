@@ -47,8 +47,10 @@ class TooShort(RecordingError):
 
 
 @dataclass
-class Recording:
-    """One continuous recording: joint states, the commands sent, optionally the box pose."""
+class RecordedMotion:
+    """One continuous recording of the robot's motion as arrays: joint states, the commands
+    in force, optionally the box pose. (twinloop_logging.recording.SessionWriter is the
+    recorder's bag being written; this is a bag read back for identification.)"""
 
     name: str
     state_t: np.ndarray  # (N,) s
@@ -81,11 +83,11 @@ class Recording:
         """Peak-to-peak travel of each joint over the recording (rad or m)."""
         return {j: float(np.ptp(self.position[:, i])) for i, j in enumerate(ALL_JOINTS)}
 
-    def window(self, start_s: float, end_s: float, name: str | None = None) -> "Recording":
+    def window(self, start_s: float, end_s: float, name: str | None = None) -> "RecordedMotion":
         """The part of the recording in [start_s, end_s] (times keep their origin)."""
         s = (self.state_t >= start_s) & (self.state_t <= end_s)
         b = (self.box_t >= start_s) & (self.box_t <= end_s)
-        return Recording(name or f"{self.name}[{start_s:.1f},{end_s:.1f}]", self.state_t[s], self.position[s],
+        return RecordedMotion(name or f"{self.name}[{start_s:.1f},{end_s:.1f}]", self.state_t[s], self.position[s],
                          self.velocity[s], self.effort[s], self.command_t, self.command, self.box_t[b],
                          self.box_pose[b], self.split, self.purpose, self.path, self.sha256, self.command_timing)
 
@@ -104,7 +106,7 @@ def bag_sha256(path: Path | str) -> str:
 
 
 def load_recording(path: Path | str, *, expected_split: str | None = None, min_duration_s: float = 5.0,
-                   purposes: tuple[str, ...] = ("identification", "trial", "demonstration")) -> Recording:
+                   purposes: tuple[str, ...] = ("identification", "trial", "demonstration")) -> RecordedMotion:
     """Read a bag recorded with the 'identification' (or 'trial') profile.
 
     Raises RecordingError subclasses: MissingTopic, WrongJointNames, WrongSplit, TooShort.
@@ -177,7 +179,7 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
         # (the joint-state stamps mark the periods): logged in (t_{k-1}, t_k], it rules from t_{k-1}.
         period = np.searchsorted(state_t, command_t + 1e-7, side="right") - 1
         command_t = np.where(period >= 0, state_t[np.clip(period, 0, None)], command_t)
-    recording = Recording(path.name, state_t, position, velocity, effort, command_t,
+    recording = RecordedMotion(path.name, state_t, position, velocity, effort, command_t,
                           np.asarray(command, dtype=float).reshape(-1, len(COMMANDED_JOINTS))[order],
                           box_t, box_pose, split or "fit", purpose or "identification", str(path), bag_sha256(path),
                           "applied" if applied else "log")
@@ -185,7 +187,7 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
     return recording
 
 
-def check_recording(recording: Recording, *, min_duration_s: float) -> None:
+def check_recording(recording: RecordedMotion, *, min_duration_s: float) -> None:
     if recording.duration_s < min_duration_s:
         raise TooShort(f"recording {recording.name} lasts {recording.duration_s:.1f} s, shorter than the "
                        f"{min_duration_s:.1f} s identification needs: record a longer excitation "

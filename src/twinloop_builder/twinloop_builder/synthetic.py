@@ -17,7 +17,7 @@ from twinloop_twin.physics import COMMANDED_JOINTS, WorkcellPhysics
 from twinloop_twin.workcell import WorkcellDescription
 
 from twinloop_builder.excitation import JointTrajectory
-from twinloop_builder.recording import Recording
+from twinloop_builder.recording import RecordedMotion
 
 # A segment is a trajectory, or a function of the box position planning one (a push).
 Segment = Union[JointTrajectory, Callable[[np.ndarray], JointTrajectory]]
@@ -26,7 +26,7 @@ Segment = Union[JointTrajectory, Callable[[np.ndarray], JointTrajectory]]
 def simulate_session(workcell: WorkcellDescription, physics: WorkcellPhysics, segments: Sequence[Segment], *,
                      name: str = "synthetic", split: str = "fit", seed: int = 0, settle_s: float = 0.3,
                      chunk_s: float = 0.002, box_period_s: float = 0.02,
-                     command_jitter_s: float = 0.0) -> Recording:
+                     command_jitter_s: float = 0.0) -> RecordedMotion:
     """Play the segments one after another on the truth physics and record what a bag would hold.
 
     `command_jitter_s` > 0 delays each command's application by a random fraction of a
@@ -75,12 +75,12 @@ def simulate_session(workcell: WorkcellDescription, physics: WorkcellPhysics, se
             # applied at the first chunk start at or after delivery
             due = [(lt, chunk_s * np.ceil(at / chunk_s - 1e-9), row) for lt, at, row in due]
         run_until(start + trajectory.duration_s + settle_s, due)
-    return Recording(name, np.array(state_t), np.array(position), np.array(velocity), np.array(effort),
+    return RecordedMotion(name, np.array(state_t), np.array(position), np.array(velocity), np.array(effort),
                      np.array(command_t), np.array(command), np.array(box_t), np.array(box_pose), split,
                      "identification", f"synthetic:{name}", "")
 
 
-def write_bag(recording: Recording, path, *, split: str | None = None, purpose: str = "identification",
+def write_bag(recording: RecordedMotion, path, *, split: str | None = None, purpose: str = "identification",
               joint_names: Sequence[str] | None = None, skip_topics: Sequence[str] = (),
               box_topic: str = "/twinloop/emulated_workcell/box_pose", start_ns: int = 1_800_000_000_000_000_000,
               applied_topic: str | None = None, command_log_delay_s: float = 0.0):

@@ -1,0 +1,91 @@
+"""Excitation trajectories (twinloop_builder.excitation): safe for the workcell and for the
+envelope monitor's per-step checks, from home back to home."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from twinloop_builder.excitation import (DEFAULT_ACCELERATION_LIMITS, ExcitationError, JointExcitationConfig,
+                                         WorkspaceChecker, approach, joint_excitation, load_excitation_config,
+                                         motion_limits, push_trajectory)
+from twinloop_twin.physics import ARM_JOINTS, COMMANDED_JOINTS
+from twinloop_twin.workcell import default_config_dir
+
+
+def test_excitation_is_safe_and_starts_and_ends_at_home(workcell, spec, excitation):
+    trajectory = excitation(10.0, 0)
+    home = np.array([workcell.home_joint_positions[j] for j in trajectory.joints])
+    assert np.allclose(trajectory.positions[0], home) and np.allclose(trajectory.positions[-1], home)
+    model = spec.compile()
+    low, high = model.jnt_range[[model.joint(j).id for j in ARM_JOINTS]].T
+    arm = trajectory.positions[:, :7]
+    assert np.all(arm >= low + 0.1) and np.all(arm <= high - 0.1)  # 0.15 rad margin configured
+    speed = np.abs(np.diff(arm, axis=0)) / np.diff(trajectory.t)[:, None]
+    assert np.all(speed <= 0.5 * 2.61 + 1e-6)  # half the URDF velocity limit
+    assert np.all(np.ptp(arm, axis=0) > 0.3)  # and it does excite every arm joint
+    checker = WorkspaceChecker(model, workcell.table_top_height_m)
+    for row in trajectory.positions[::25]:
+        assert not checker.violations(dict(zip(trajectory.joints, row)))
+    # Per command step, as the envelope monitor checks it: accelerations within the limits
+    # (config/envelope.yaml's, the excitation's defaults).
+    accel = np.abs(np.diff(trajectory.positions, 2, axis=0)) / (trajectory.t[1] - trajectory.t[0]) ** 2
+    limits = np.array([DEFAULT_ACCELERATION_LIMITS[j] for j in trajectory.joints])
+    assert np.all(accel <= limits + 1e-6), (accel.max(0) / limits).round(2)
+
+
+def test_approach_moves_from_the_measured_pose_within_limits(workcell, excitation):
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
+    trajectory = excitation(6.0, 0)
+    home = dict(workcell.home_joint_positions)
+    # At rest within noise of the start: nothing to add.
+    assert approach({**home, "panda_joint1": home["panda_joint1"] + 1e-4}, trajectory, max_speed=max_speed,
+                    max_acceleration=max_acceleration) is None
+    # The gripper 0.4 mm short of its start (a 0.1 m/s step over 4 ms, the monitor's limit) and
+    # joint 1 off by 0.1 rad: a smooth move there, the trajectory's first row right after it.
+    start = {**home, "panda_finger_joint1": home["panda_finger_joint1"] - 4e-4, "panda_joint1": home["panda_joint1"]
+             - 0.1}
+    lead = approach(start, trajectory, max_speed=max_speed, max_acceleration=max_acceleration)
+    joined = lead.then(trajectory).positions
+    assert np.allclose(joined[0], [start[j] for j in trajectory.joints])
+    dt = trajectory.t[1] - trajectory.t[0]
+    assert np.all(np.abs(np.diff(joined, axis=0)).max(0) / dt <= [max_speed[j] + 1e-9 for j in trajectory.joints])
+    assert np.all(np.abs(np.diff(joined, 2, axis=0)).max(0) / dt**2
+                  <= [max_acceleration[j] + 1e-9 for j in trajectory.joints])
+
+
+def test_pushes_keep_to_joint_speed_and_acceleration_limits(workcell, spec):
+    """The pushes of config/excitation.yaml pass the envelope monitor's per-step checks:
+    the IK tracks each step (no staircase) and segments too fast for the joints are slowed."""
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
+    checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
+    home = np.array([workcell.home_joint_positions[j] for j in COMMANDED_JOINTS])
+    for push in config.pushes:
+        path = push_trajectory(push, np.array(workcell.box.world_position_m), workcell.box.size_m[0] / 2,
+                               workcell.home_joint_positions, checker, max_speed=max_speed,
+                               max_acceleration=max_acceleration)
+        dt = path.t[1] - path.t[0]
+        speed = np.abs(np.diff(path.positions, axis=0)).max(0) / dt
+        accel = np.abs(np.diff(path.positions, 2, axis=0)).max(0) / dt**2
+        assert np.all(speed <= [max_speed[j] + 1e-9 for j in path.joints]), speed
+        assert np.all(accel <= [max_acceleration[j] + 1e-9 for j in path.joints]), accel
+        assert np.allclose(path.positions[0], home) and np.allclose(path.positions[-1], home)
+        assert path.slowed >= 1.0 and path.duration_s < 10.0
+    # 0.35 m/s through the box is beyond what joint 2 can do here: that push is slowed.
+    fast = push_trajectory(config.pushes[1], np.array(workcell.box.world_position_m), workcell.box.size_m[0] / 2,
+                           workcell.home_joint_positions, checker, max_speed=max_speed,
+                           max_acceleration=max_acceleration)
+    assert fast.slowed > 1.5
+
+
+def test_unsafe_excitation_is_refused(workcell, spec, amplitude):
+    config = JointExcitationConfig(duration_s=5.0, ramp_s=1.0, amplitude=amplitude, min_tcp_height_m=2.0)
+    with pytest.raises(ExcitationError, match="lower the amplitudes"):
+        joint_excitation(config, workcell.home_joint_positions, spec.compile(), workcell.urdf_xml,
+                         workcell.table_top_height_m)
+
+
+def test_excitation_file_loads():
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    assert config.joints.duration_s > 2 * config.joints.ramp_s and config.pushes

@@ -1,0 +1,216 @@
+"""Physics identification (twinloop_builder.identification) against known truth, without DDS.
+
+Data: sessions simulated in-process by twinloop_builder.synthetic (the emulated workcell's
+own simulation class on a truth file, with that file's sensor noise, stepped and sampled as
+the node does; no DDS jitter). Recordings are short (3 s of joint excitation: 1 s ramps
+around 1 s at full amplitude) to keep the suite fast; the issue's goals still hold on them
+(tolerances at each assertion). bench/identification.py measures the same on 30-120 s; the
+end-to-end path over DDS and the recorder is test/test_builder_node.py.
+"""
+from __future__ import annotations
+
+import mujoco
+import mujoco.rollout as mj_rollout
+import numpy as np
+import pytest
+
+from twinloop_builder import identification as ident
+from twinloop_builder.excitation import WorkspaceChecker, load_excitation_config, motion_limits, push_trajectory
+from twinloop_builder.identification.data import column_weights, make_segment, push_windows
+from twinloop_builder.identification.fit import BlockedRollout, Stage, fit_least_squares
+from twinloop_builder.identification.model import FitVariable, base_model, mimic_leaders, prismatic_joints
+from twinloop_builder.synthetic import simulate_session
+from twinloop_twin.nominal import physics_parameters
+from twinloop_twin.physics import ARM_JOINTS, load_physics
+from twinloop_twin.workcell import default_config_dir
+
+FIT_S = 3.0  # s of joint excitation in the fit sessions (the benchmark scales 30/60/120 s)
+HELD_OUT_S = 3.0
+# Goals of the issue: gains, damping, mass within 5 %; delay within 1 ms; held-out RMSE
+# ratio <= 0.3. Friction loss and armature are checked against their intervals only.
+GOAL = {"kp": 0.05, "kv": 0.05, "damping": 0.05, "mass_kg": 0.05}
+
+
+def identify_truth(truth_file, workcell, nominal, spec, excitation):
+    truth = load_physics(default_config_dir() / truth_file)
+    fit = simulate_session(workcell, truth, [excitation(FIT_S, 0)], name="fit", seed=1)
+    held = simulate_session(workcell, truth, [excitation(HELD_OUT_S, 7)], name="held", split="held_out", seed=2)
+    # 36 intervals at once: Bonferroni, so that the family of intervals holds at 95 % (at 95 %
+    # each, ~2 of 36 truths would fall outside by chance alone)
+    settings = ident.IdentificationSettings(confidence=1.0 - 0.05 / 36, min_duration_s=FIT_S)
+    result = ident.identify(spec, physics_parameters(nominal, source="nominal").means(), [fit], held_out=[held],
+                            settings=settings)
+    return physics_parameters(truth, source="truth").means(), result
+
+
+@pytest.fixture(scope="module")
+def truth_a(workcell, nominal, spec, excitation):
+    return identify_truth("emulated_truth.yaml", workcell, nominal, spec, excitation)
+
+
+@pytest.fixture(scope="module")
+def truth_b(workcell, nominal, spec, excitation):
+    return identify_truth("emulated_truth_slow.yaml", workcell, nominal, spec, excitation)
+
+
+def check_recovery(truth, result):
+    checked = 0
+    problems = []
+    for name, estimate in result.estimates.items():
+        if not estimate.identifiable:
+            continue
+        checked += 1
+        value = truth[name]
+        if not estimate.ci_low <= value <= estimate.ci_high:
+            problems.append(f"{name}: truth {value:.5g} outside [{estimate.ci_low:.5g}, {estimate.ci_high:.5g}]")
+        quantity = name.split(".")[-1]
+        if quantity in GOAL and abs(estimate.mean / value - 1) > GOAL[quantity]:
+            problems.append(f"{name}: {estimate.mean:.5g} vs truth {value:.5g} ({estimate.mean / value - 1:+.1%})")
+    delay = result.estimates["command.delay_s"]
+    assert delay.identifiable
+    assert abs(delay.mean - truth["command.delay_s"]) <= 0.001, delay  # <= 1 ms
+    assert not problems, "\n".join(problems)
+    # every arm gain is identified from this excitation (they carry the efforts)
+    assert all(result.estimates[f"actuator.{j}.kp"].identifiable for j in ARM_JOINTS)
+    # Seen on 3 s (both truth files): all 36 arm parameters and the delay identifiable, errors
+    # <= 3 %; on 8 s the same; 25 leaves room for a parameter near the 10 % std threshold.
+    assert checked >= 25, f"only {checked} parameters identifiable"
+    ratio = result.held_out_rmse_after_rad / result.held_out_rmse_before_rad
+    print(f"held-out joint RMSE {result.held_out_rmse_before_rad * 1e3:.3f} -> "
+          f"{result.held_out_rmse_after_rad * 1e3:.4f} mrad (ratio {ratio:.3f}); {checked} identifiable")
+    assert ratio <= 0.3
+
+
+def test_default_truth_is_recovered(truth_a):
+    check_recovery(*truth_a)
+
+
+def test_second_truth_is_recovered_equally_well(truth_b):
+    check_recovery(*truth_b)
+
+
+def test_mimic_finger_and_unexcited_gripper_are_flagged(truth_a):
+    _, result = truth_a
+    for quantity in ("friction_loss", "damping", "armature"):
+        for joint in ("panda_finger_joint1", "panda_finger_joint2"):
+            assert not result.estimates[f"joint.{joint}.{quantity}"].identifiable
+    assert "never moved" in result.estimates["actuator.panda_finger_joint1.kp"].note
+
+
+def test_joint_that_never_moves_is_flagged_not_identifiable(workcell, nominal, truth, spec, excitation):
+    moving = tuple(j for j in ARM_JOINTS if j != "panda_joint4")
+    fit = simulate_session(workcell, truth, [excitation(FIT_S, 3, excite=moving)], seed=4)
+    assert fit.motion_range()["panda_joint4"] < 0.01  # it is held (only dragged by the others)
+    prior = physics_parameters(nominal, source="nominal").means()
+    # fitting joint 2 and the delay keeps this test short; joint 4 is judged before any fit
+    result = ident.identify(spec, prior, [fit], select=["joint.panda_joint2", "actuator.panda_joint2", "command"],
+                            settings=ident.IdentificationSettings(min_duration_s=FIT_S))
+    for quantity in ("joint.panda_joint4.friction_loss", "joint.panda_joint4.damping", "joint.panda_joint4.armature",
+                     "actuator.panda_joint4.kp", "actuator.panda_joint4.kv"):
+        estimate = result.estimates[quantity]
+        assert not estimate.identifiable, quantity
+        assert estimate.mean == prior[quantity]  # no confident number: the prior stays
+        assert "never moved" in estimate.note and "panda_joint4" in estimate.note
+    assert any("panda_joint4 never moved" in g for g in result.guidance)
+    assert result.estimates["actuator.panda_joint2.kp"].identifiable
+
+
+def test_box_mass_and_friction_from_pushes(workcell, nominal, truth, spec):
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
+    pushes = [lambda box, p=p: push_trajectory(p, box, workcell.box.size_m[0] / 2, workcell.home_joint_positions,
+                                               checker, max_speed=max_speed, max_acceleration=max_acceleration)
+              for p in config.pushes]
+    fit = simulate_session(workcell, truth, pushes, seed=5)
+    assert np.linalg.norm(fit.box_pose[-1, :2] - fit.box_pose[0, :2]) > 0.05  # the box was pushed
+    settings = ident.IdentificationSettings()
+    assert len(push_windows(fit, settings)) == len(config.pushes)  # one window per push, found from the box alone
+    truth_values = physics_parameters(truth, source="truth").means()
+    prior = dict(truth_values)  # the arm as identified (here: known); the box at its nominal values
+    for name in ident.BOX_PARAMETERS:
+        prior[name] = physics_parameters(nominal, source="nominal").means()[name]
+    result = ident.identify(spec, prior, [fit], select=list(ident.BOX_PARAMETERS), settings=settings)
+    product = result.derived["box.mass_kg*box.friction"]
+    truth_values[product.name] = truth_values["box.mass_kg"] * truth_values["box.friction"]
+    for name, estimate in [*((n, result.estimates[n]) for n in ident.BOX_PARAMETERS), (product.name, product)]:
+        print(f"{name}: {estimate.mean:.4f} ± {estimate.std:.4f} (truth {truth_values[name]:.4f}), "
+              f"{'identifiable' if estimate.identifiable else 'not identifiable'}")
+        # whatever is claimed holds: the truth inside the interval, and within the goal
+        if estimate.identifiable:
+            assert estimate.ci_low <= truth_values[name] <= estimate.ci_high, estimate
+            assert abs(estimate.mean / truth_values[name] - 1) <= 0.05, estimate
+    # Contacts make the cost chaotic in the parameters; the Nelder-Mead search still lands near
+    # the truth (seen: mass -3.7 %, box friction +1.9 %, product -1.9 %, finger friction -11 %;
+    # Levenberg-Marquardt stalled 6-30 % off) ...
+    for name in ("box.mass_kg", "box.friction", product.name):
+        assert abs(result.estimates.get(name, product).mean / truth_values[name] - 1) <= 0.05, name
+    # ... and what the three pushes cannot separate is flagged, with what to record instead.
+    for name in ident.BOX_PARAMETERS:
+        if not result.estimates[name].identifiable:
+            assert "not identifiable" in result.estimates[name].note and "add" in result.estimates[name].note
+
+
+# ----------------------------------------------------------------------------- the stages' pieces
+
+def test_mimic_and_prismatic_joints_come_from_the_scene(spec):
+    model = spec.compile()
+    assert mimic_leaders(model) == {"panda_finger_joint2": "panda_finger_joint1"}
+    assert prismatic_joints(model) == {"panda_finger_joint1", "panda_finger_joint2"}
+
+
+@pytest.fixture(scope="module")
+def short_fit(workcell, truth, excitation):
+    return simulate_session(workcell, truth, [excitation(2.5, 0)], name="fit", seed=1)
+
+
+def test_blocked_rollout_equals_one_plain_rollout(spec, short_fit):
+    """Blocks of 100 steps on one kept thread pool give exactly what one mujoco.rollout gives."""
+    model = base_model(spec, contacts=False)
+    segment = make_segment(model, short_fit, short_fit.state_t[0], short_fit.state_t[-1],
+                           column_weights(ident.IdentificationSettings(), box=False))
+    datas = [mujoco.MjData(model) for _ in range(2)]
+    blocked = BlockedRollout(block_steps=100)
+    try:
+        got = blocked(models=[model, model], datas=datas, control_signal=[segment.control] * 2,
+                      initial_states=[segment.initial_state] * 2)
+    finally:
+        blocked.close()
+    state, sensors = mj_rollout.rollout(model, mujoco.MjData(model), segment.initial_state,
+                                        segment.control.data[:-1])
+    qpos = 1 + model.jnt_qposadr[[model.joint(j).id for j in ("panda_joint1", "panda_joint7")]]
+    for trajectory in got:
+        data = trajectory.sensordata.data
+        # Each block starts the constraint solver without the previous step's warm start:
+        # differences of ~1e-10 rad and ~4e-5 N m, far below the sensors' noise.
+        np.testing.assert_allclose(data[:, [0, 6]], state[0][:, qpos], rtol=0, atol=1e-8)  # positions after each step
+        np.testing.assert_allclose(data[:, 9:18], sensors[0][:, 9:18], rtol=0, atol=1e-4)  # efforts (noise 0.1 N m)
+        assert np.ptp(data[:, 0]) > 0.1  # and the arm did move
+
+
+def test_fit_stops_once_a_step_moves_it_by_less_than_a_tenth_of_a_sigma(spec, truth, short_fit):
+    """Joint 2's gains from 30 % off (everything else at the truth): the early stop lands
+    where the optimizer's own termination lands, within 0.1 sigma, with fewer rollouts. (On
+    the 8 s sessions of the former tests, the optimizer ended only after ~140 failed steps
+    at the optimum: 180 residual evaluations of a 6-variable stage instead of 32.)"""
+    values = physics_parameters(truth, source="truth").means()
+    names = ("actuator.panda_joint2.kp", "actuator.panda_joint2.kv")
+    variables = [FitVariable(n, (n,), (values[n] * 1.3,)) for n in names]
+    fixed = {n: v for n, v in values.items() if n not in names}
+    model = base_model(spec, contacts=False)
+    weights = column_weights(ident.IdentificationSettings(), box=False)
+    segments = [make_segment(model, short_fit, short_fit.state_t[0], short_fit.state_t[-1], weights)]
+    fits = {}
+    for label, sigma in (("early", 0.1), ("to the end", 0.0)):
+        # MuJoCo's own regularizer factor, with which the optimizer's ending costs the most
+        settings = ident.IdentificationSettings(converged_step_sigma=sigma, max_iterations=30, lm_mu_factor=10 ** 0.1)
+        stage = Stage("joint 2", spec, model, variables, fixed, segments, settings)
+        fits[label] = fit_least_squares(stage, np.zeros(len(names)), settings, lambda *_: None, lambda: False)
+    early, end = fits["early"], fits["to the end"]
+    std = np.sqrt(np.diag(end.covariance) / end.report.autocorrelation_inflation)  # white-residual sigma
+    print(f"early: {early.report.residual_evaluations} evaluations, to the end: {end.report.residual_evaluations}; "
+          f"difference {np.round(np.abs(early.x - end.x) / std, 3)} sigma")
+    assert np.all(np.abs(early.x - end.x) <= 0.1 * std), (early.x, end.x, std)
+    assert early.report.residual_evaluations < end.report.residual_evaluations
+    for x, variable in zip(early.x, variables):  # and it found the truth (within 2 %)
+        assert abs(variable.physical(x)[variable.name] / values[variable.name] - 1) < 0.02
