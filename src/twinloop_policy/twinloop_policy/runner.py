@@ -6,7 +6,6 @@ Pure Python (torch, numpy; no rclpy). The node feeds joint states in and publish
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -109,15 +108,16 @@ class PolicyRun:
     """The policy stepped from its reset until done: goal reached (when judged), timeout
     (> 0), an envelope fault, a failing policy, or observations that stay stale.
 
-    `step` is called at the policy's rate (the node's timer thread); `wait` blocks another
-    thread until the run is done and returns (success, reason).
+    `step` is called at the policy's rate (the node's timer thread) with the time of the
+    call; the run's clock starts at the first. `wait` blocks another thread until the run is
+    done and returns (success, reason).
     """
 
     loop: PolicyLoop
     assembler: ObservationAssembler
     timeout_s: float
     judge: bool = True
-    start_s: float = field(default_factory=time.monotonic)
+    start_s: float | None = None  # the first step's time
     stale_abort_periods: int = 25  # consecutive periods without a fresh observation that end a run
     stale_skips: int = 0
     stale_since: float | None = None
@@ -131,6 +131,7 @@ class PolicyRun:
         """The targets to send this period (None: nothing); `fault`: the monitor's latched fault ('' if none)."""
         if self.done.is_set():
             return None
+        self.start_s = now_s if self.start_s is None else self.start_s
         try:
             action = self.loop.step(self.assembler.assemble(now_s))
         except StaleObservation as error:

@@ -92,6 +92,7 @@ class TrialSequence:
     plan: TrialPlan
     cell: TrialCell
     log: Callable[[str], None] = lambda message: None
+    clock: Callable[[], float] = time.monotonic  # s, the durations' clock
     outcomes: list[TrialOutcome] = field(default_factory=list)
     updates: deque = field(default_factory=deque)
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -130,12 +131,12 @@ class TrialSequence:
             self.updates.append((index, "recording"))
             bag_path = self.start_recording(index, session_id)
         self.updates.append((index, "running"))
-        started = time.monotonic()
+        started = self.clock()
         try:
             self.arm(True)
             success, reason = cell.run_policy(plan.timeout_s)
         finally:
-            duration = time.monotonic() - started
+            duration = self.clock() - started
             try:
                 self.arm(False)
             finally:

@@ -1,0 +1,170 @@
+"""The live calibration run (twinloop_calibration.live, workcell_calibration) without ROS, on
+an in-process workcell: the emulated workcell's simulation (true physics, sensor noise) and
+its cameras (rendered, with noise), behind the envelope monitor's core, on a simulated clock.
+The node does the same over DDS (test/test_calibration_server.py)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from twinloop_calibration import se3
+from twinloop_calibration.degeneracy import CalibrationError
+from twinloop_calibration.live import Frame, JointBuffer, TargetStream
+from twinloop_calibration.targets import TargetDetector, load_targets
+from twinloop_calibration.workcell_calibration import CalibrationRequest, CalibrationSettings, WorkcellCalibration
+from twinloop_safety.envelope import Box, EnvelopeMonitor, State, build_limits
+from twinloop_sim.workcell_sim import CameraRig, WorkcellSimulation
+from twinloop_twin.kinematics import UrdfTransforms
+from twinloop_twin.physics import ARM_JOINTS, load_physics
+from twinloop_twin.workcell import default_config_dir, load_workcell
+
+JOINT_STATE_PERIOD_S = 0.002  # the emulated workcell's 500 Hz
+COMMAND_PERIOD_S = 0.004
+CAMERA_PERIOD_S = 1.0 / 15.0
+
+
+class SimulatedLiveCell:
+    """twinloop_calibration.live.LiveCell in-process. Commands go through the envelope
+    monitor's core (config/envelope.yaml's limits for the arm; `acceleration` overrides)."""
+
+    def __init__(self, workcell, kinematics, acceleration=(7.5, 3.75, 5.0, 6.25, 7.5, 10.0, 10.0)) -> None:
+        physics = load_physics(default_config_dir() / "emulated_truth.yaml")
+        self.sim = WorkcellSimulation(workcell, physics, seed=3)
+        self.rig = CameraRig(self.sim.model, workcell.cameras, physics.noise, seed=3)
+        limits = build_limits(
+            kinematics, joint_names=list(ARM_JOINTS), position_margins=[0.05] * 7, velocity_scale=0.5,
+            acceleration_limits=list(acceleration), max_target_lead=[0.25] * 7, command_period_s=COMMAND_PERIOD_S,
+            limit_mode="reject", workspace=Box("workspace", (-0.35, -0.55, 0.755), (0.85, 0.55, 1.75)),
+            keep_out=(Box("static_camera_stand", (0.9, 0.2, 0.75), (1.1, 0.4, 1.45)),), cartesian_margin_m=0.02,
+            checked_links=("panda_link4", "panda_link6", "panda_link7", "panda_hand", "panda_hand_tcp"),
+            sample_spacing_rad=0.02, max_force_n=60.0, command_timeout_s=0.5, joint_state_timeout_s=0.5)
+        self.monitor = EnvelopeMonitor(limits, kinematics)
+        self.joints = JointBuffer(list(ARM_JOINTS))
+        self.stream: TargetStream | None = None
+        self.states_armed: list[str] = []
+        self.forwarded = 0
+        self._next_command_s = 0.0
+        self._advance()
+
+    def now_ns(self) -> int:
+        return int(round(self.sim.time_s * 1e9))
+
+    def _advance(self) -> None:
+        now = self.sim.time_s
+        if self.stream is not None and now >= self._next_command_s - 1e-9:
+            self._next_command_s = now + COMMAND_PERIOD_S
+            decision = self.monitor.check_command(list(ARM_JOINTS), list(self.stream.next()), now)
+            if decision.forward is not None:
+                self.forwarded += 1
+                self.sim.command(decision.names, decision.forward)
+        self.sim.step_until(now + JOINT_STATE_PERIOD_S)
+        sample = self.sim.joint_state()
+        self.joints.add(self.now_ns(), sample.names, sample.position, sample.velocity)
+        self.monitor.on_joint_state(sample.names, sample.position, sample.velocity, self.sim.time_s)
+        self.monitor.tick(self.sim.time_s)
+
+    def sleep(self, seconds: float) -> None:
+        end = self.sim.time_s + seconds
+        while self.sim.time_s < end - 1e-9:
+            self._advance()
+
+    def start_stream(self, stream: TargetStream) -> None:
+        self.stream, self._next_command_s = stream, self.sim.time_s
+
+    def stop_stream(self) -> None:
+        self.stream = None
+
+    def arm(self) -> None:
+        refused = self.monitor.arm()
+        assert not refused, refused
+        self.states_armed.append("armed")
+
+    def disarm(self) -> None:
+        self.monitor.disarm()
+        self.states_armed.append("disarmed")
+
+    def fault(self) -> str:
+        return self.monitor.fault.reason if self.monitor.state is State.FAULT else ""
+
+    def next_image(self, camera: str, after_ns: int, timeout_s: float) -> Frame:
+        frame_s = (math.floor(after_ns * 1e-9 / CAMERA_PERIOD_S) + 1) * CAMERA_PERIOD_S
+        while self.sim.time_s < frame_s - 1e-9:
+            self._advance()
+        self.rig.set_state(self.sim.data.qpos)
+        return Frame(self.now_ns(), self.rig.render(camera)[0])
+
+
+@pytest.fixture(scope="module")
+def workcell():
+    return load_workcell()
+
+
+@pytest.fixture(scope="module")
+def kinematics(workcell):
+    return UrdfTransforms(workcell.urdf_xml)
+
+
+@pytest.fixture(scope="module")
+def detector():
+    targets, default = load_targets(default_config_dir() / "calibration_targets.yaml")
+    return TargetDetector(targets[default])
+
+
+def camera_info(workcell):
+    def info(camera):
+        c = workcell.cameras[camera]
+        return np.array(c.camera_matrix).ravel(), [0.0] * 5, c.width, c.height
+    return info
+
+
+def test_live_run_calibrates_the_wrist_camera_through_the_monitor(tmp_path, workcell, kinematics, detector):
+    cell = SimulatedLiveCell(workcell, kinematics)
+    # 6 views, 3 folds, no bootstrap: the live sequence is under test here, the solve in test_handeye_synthetic.py
+    settings = CalibrationSettings(calibration_root=str(tmp_path), num_views=6, folds=3, bootstrap=0)
+    core = WorkcellCalibration(workcell, detector, settings)
+    stages = []
+    outcome = core.calibrate(CalibrationRequest("live", "wrist_camera", "eye_in_hand"), cell=cell,
+                             camera_info=camera_info(workcell), feedback=lambda stage, *_: stages.append(stage))
+    home = workcell.home_joint_positions
+    hand_T_wrist = (se3.inv(kinematics.world_T_link("panda_hand", home))
+                    @ kinematics.world_T_link("wrist_camera_color_optical_frame", home))
+    error_m, error_rad = se3.errors(outcome.solved.transform, hand_T_wrist)
+    print(f"{outcome.solved.views_used} views: {error_m * 1e3:.3f} mm, {math.degrees(error_rad):.4f} deg; "
+          f"{cell.forwarded} targets forwarded over {cell.sim.time_s:.1f} s")
+    # The DDS test's tolerances (rendered images, 0.05 mrad encoder noise): 0.5 mm / 0.1 deg.
+    assert error_m < 0.5e-3 and math.degrees(error_rad) < 0.1
+    assert outcome.solved.views_used >= 5 and outcome.path.is_file()
+    assert outcome.frame.child == "wrist_camera_color_optical_frame_calibrated" and outcome.frame.parent == "panda_hand"
+    # Every move went through the monitor: armed once, never faulted, a target every period.
+    assert cell.states_armed == ["armed", "disarmed"] and cell.monitor.state is State.DISARMED
+    assert cell.forwarded > 0.9 * cell.sim.time_s / COMMAND_PERIOD_S - 100
+    assert stages[0] == "moving" and {"detecting", "solving"} <= set(stages)
+
+
+def test_a_monitor_fault_ends_the_run_with_its_reason(tmp_path, workcell, kinematics, detector):
+    # Joint 1 may only accelerate at 0.05 rad/s^2: the first move's minimum-jerk start exceeds it.
+    cell = SimulatedLiveCell(workcell, kinematics, acceleration=(0.05, 3.75, 5.0, 6.25, 7.5, 10.0, 10.0))
+    core = WorkcellCalibration(workcell, detector, CalibrationSettings(calibration_root=str(tmp_path), num_views=6))
+    with pytest.raises(CalibrationError, match="the envelope monitor stopped the arm: .*acceleration") as stopped:
+        core.calibrate(CalibrationRequest("live", "wrist_camera", "eye_in_hand"), cell=cell,
+                       camera_info=camera_info(workcell))
+    assert stopped.value.code == "ENVELOPE_VIOLATION"
+    assert cell.states_armed == ["armed", "disarmed"] and cell.stream is None  # disarmed and the stream stopped
+    assert not (tmp_path / "emulated").exists()  # nothing written
+
+
+def test_cancel_and_bad_requests_are_clear_errors(tmp_path, workcell, kinematics, detector):
+    core = WorkcellCalibration(workcell, detector, CalibrationSettings(calibration_root=str(tmp_path), num_views=6))
+    cell = SimulatedLiveCell(workcell, kinematics)
+    with pytest.raises(CalibrationError, match="canceled after 0 views") as canceled:
+        core.calibrate(CalibrationRequest("live", "wrist_camera", "eye_in_hand"), cell=cell,
+                       camera_info=camera_info(workcell), cancelled=lambda: True)
+    assert canceled.value.code == "CANCELED" and cell.states_armed == ["armed", "disarmed"]
+    with pytest.raises(CalibrationError, match="2 views asked") as few:
+        core.calibrate(CalibrationRequest("live", "wrist_camera", "eye_in_hand", num_views=2), cell=cell)
+    assert few.value.code == "DEGENERATE_DATA"
+    with pytest.raises(CalibrationError, match="thermal_camera") as unknown:
+        core.calibrate(CalibrationRequest("live", "thermal_camera", "eye_in_hand"), cell=cell)
+    assert unknown.value.code == "INVALID_ARGUMENT"

@@ -1,0 +1,77 @@
+"""The runner's core (twinloop_policy.runner, policy_spec): a policy folder checked against
+the robot, observations with staleness, and one run stepped until goal, fault, stale input
+or timeout."""
+from __future__ import annotations
+
+import pytest
+
+from twinloop_policy.policy_spec import PolicyMismatch, check_against_robot, load_policy_spec
+from twinloop_policy.runner import ObservationAssembler, PolicyLoop, PolicyRun, StaleObservation, load_module
+from twinloop_policy.scripted import write_scripted_policy
+from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
+
+
+def test_mismatched_policies_are_refused_with_every_problem_at_once(tmp_path, workcell):
+    home = workcell.home_arm_positions
+    problems = {}
+    for label, kwargs in (("size", dict(observation_size=6)),
+                          ("names", dict(joints=[f"joint_a{i}" for i in range(1, 8)])),
+                          ("rate", dict(rate_hz=1000.0))):
+        spec = load_policy_spec(write_scripted_policy(tmp_path / label, home, **kwargs).folder)
+        with pytest.raises(PolicyMismatch) as refused:
+            check_against_robot(spec, commandable=COMMANDED_JOINTS, measured=ALL_JOINTS, joint_state_rate_hz=500.0)
+        problems[label] = str(refused.value)
+    assert "declares size 6 but lists 7 joints" in problems["size"]
+    assert "joint_a1" in problems["names"] and "not commandable" in problems["names"]
+    assert "faster than the robot's joint states" in problems["rate"]
+
+
+@pytest.fixture
+def run_parts(tmp_path, workcell):
+    home = workcell.home_arm_positions
+    spec = load_policy_spec(write_scripted_policy(tmp_path / "reach", [home[0] + 0.1] + home[1:], rate_hz=250.0,
+                                                  timeout_s=2.0, max_age_s=0.02).folder)
+    return spec, PolicyLoop(spec, load_module(spec)), ObservationAssembler(spec), dict(zip(ARM_JOINTS, home))
+
+
+def test_observations_older_than_their_max_age_are_refused(run_parts):
+    spec, _, assembler, home = run_parts
+    with pytest.raises(StaleObservation, match="is inf ms old"):  # nothing received yet
+        assembler.assemble(0.0)
+    assembler.on_joint_state(list(home), list(home.values()), [0.0] * 7, 10.0)
+    assert list(assembler.assemble(10.019)) == list(home.values())
+    with pytest.raises(StaleObservation, match="21.0 ms old"):
+        assembler.assemble(10.021)
+
+
+def test_a_run_ends_at_the_goal_on_a_fault_on_stale_input_or_at_its_timeout(run_parts):
+    spec, loop, assembler, home = run_parts
+    period = 1.0 / spec.rate_hz
+    # At the goal from the start: done on the first step, which still sends its targets.
+    goal = dict(home, **spec.goal_joint_positions)
+    assembler.on_joint_state(list(goal), list(goal.values()), [0.0] * 7, 0.0)
+    run = PolicyRun(loop, assembler, timeout_s=2.0)
+    assert run.step(0.001) is not None and run.outcome == (True, "goal reached") and run.done.is_set()
+    # Away from it: a latched fault of the monitor ends the run with its reason.
+    assembler.on_joint_state(list(home), list(home.values()), [0.0] * 7, 1.0)
+    run = PolicyRun(loop, assembler, timeout_s=2.0)
+    assert run.step(1.001) is not None and not run.done.is_set()
+    run.step(1.001 + period, fault="fault 3, velocity limit")
+    assert run.outcome == (False, "envelope fault 3, velocity limit")
+    # Joint states that stop: steps are skipped (nothing sent), and 25 periods end the run.
+    run = PolicyRun(loop, assembler, timeout_s=2.0)
+    t, sent = 1.0, []
+    while not run.done.is_set() and t < 2.0:
+        sent.append(run.step(t))
+        t += period
+    assert run.outcome[0] is False and run.outcome[1].startswith("stopped: observation 'joint_position' is")
+    assert sent[0] is not None and all(s is None for s in sent[6:]) and run.stale_skips >= 25
+    assert 0.02 + 25 * period <= t - 1.0 <= 0.02 + 28 * period
+    # Fresh states that never reach the goal: the timeout.
+    run = PolicyRun(loop, assembler, timeout_s=0.5)
+    t = 3.0
+    while not run.done.is_set():
+        assembler.on_joint_state(list(home), list(home.values()), [0.0] * 7, t)
+        run.step(t)
+        t += period
+    assert run.outcome[0] is False and run.outcome[1].startswith("timeout after 0.5")
