@@ -3,9 +3,12 @@
     twinloop build excite --kind joints --split fit [--duration 30]     # needs workcell, monitor, recorder
     twinloop build excite --kind pushes --split fit
     twinloop build build --fit BAG [BAG...] --held-out BAG [...] [--workcell emulated] [--root twins]
+    twinloop build goal --fit BAG [BAG...] --held-out BAG [...]        # to the running twin_builder
 
-`build` runs here, in this process (no ROS needed), with progress on stderr; the same
-build is offered by the `twin_builder` node's ~/build action. `excite` sends its targets to
+`build` runs here, in this process (no ROS needed), with progress on stderr; `goal` sends
+the same build to the running `twin_builder` node's ~/build action (progress on stderr,
+Ctrl-C cancels it and nothing is written; its exit codes also include 3 the builder is not
+running or busy, 4 it failed, 130 cancelled). `excite` sends its targets to
 the envelope monitor (/twinloop/builder/command), arming it for each played trajectory. Exit status: 0 done, 2 bad
 input (the message says what to do), 3 the workcell or recorder could not be reached.
 """
@@ -46,9 +49,18 @@ def main(argv=None) -> int:
     build.add_argument("--parent", type=int, default=None, help="parent version (default: the latest)")
     build.add_argument("--select", nargs="*", default=[], help="parameter name prefixes to identify (default: all)")
     build.add_argument("--max-iterations", type=int, default=12)
+    goal = sub.add_parser("goal", help="send the build to the running twin_builder node (BuildTwin action)")
+    goal.add_argument("--fit", nargs="+", required=True, help="fit-split identification bags")
+    goal.add_argument("--held-out", nargs="*", default=[], help="held-out bags (scored, never fitted)")
+    goal.add_argument("--workcell", default="", help="default: the builder's default_workcell")
+    goal.add_argument("--parent", type=int, default=-1, help="parent version (default: the latest)")
+    goal.add_argument("--select", nargs="*", default=[], help="parameter name prefixes to identify (default: all)")
+    goal.add_argument("--builder", default="/twin_builder", help="node name of the twin builder")
     args = parser.parse_args(argv)
     if args.command == "build":
         return _build(args)
+    if args.command == "goal":
+        return _goal(args)
     return _excite(args)
 
 
@@ -75,6 +87,34 @@ def _build(args) -> int:
     print(format_result(built.result))
     print(f"wrote {built.twin.path}")
     return 0
+
+
+def _goal(args) -> int:
+    from pathlib import Path
+
+    from twinloop_ros.clients import BuildClient
+    from twinloop_ros.command_line import CANCEL_WAIT, Progress, run_live
+
+    def body(session) -> int:
+        progress = Progress()
+        # Bag paths as the node (another working directory) must read them.
+        result = BuildClient(session.node, builder=args.builder).build(
+            [str(Path(b).resolve()) for b in args.fit], [str(Path(b).resolve()) for b in args.held_out],
+            workcell=args.workcell, parent_version=args.parent, parameters=args.select,
+            on_feedback=lambda f: progress(f"{f.progress * 100:5.1f} % {f.stage}: {f.message}"),
+            # the builder stops at the optimizer's next iteration, which can take a while
+            cancel_wait_s=300.0, on_cancel=lambda: progress(CANCEL_WAIT.format(node="the twin builder")))
+        if args.held_out:
+            print(f"held-out joint RMSE: nominal {result.held_out_rmse_before * 1e3:.3f} mrad -> identified "
+                  f"{result.held_out_rmse_after * 1e3:.3f} mrad")
+        missing = list(result.not_identifiable)
+        print(f"not identifiable: {', '.join(missing) or 'none'}" if len(missing) <= 6 else
+              f"not identifiable: {len(missing)} parameters ({', '.join(missing[:3])}, ...); the reasons are in "
+              f"{result.twin_path}/identification/report.yaml")
+        print(f"wrote {result.twin_path} (v{result.version})")
+        return 0
+
+    return run_live("twinloop build", body)
 
 
 def format_result(result) -> str:

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 from twinloop_ros.clients import CalibrationClient
-from twinloop_ros.command_line import EXIT_BAD_INPUT, Progress, run_live
+from twinloop_ros.command_line import CANCEL_WAIT, EXIT_BAD_INPUT, Progress, run_live
 
 PROG = "twinloop calibrate"
 
@@ -68,7 +68,8 @@ def run(args) -> int:
     def body(session) -> int:
         print(f"calibrating {args.camera} ({setup}) live; the arm moves through the envelope monitor", flush=True)
         result = CalibrationClient(session.node, server=args.server).live(
-            args.camera, setup, num_views=args.views, on_feedback=feedback)
+            args.camera, setup, num_views=args.views, on_feedback=feedback,
+            cancel_wait_s=60.0, on_cancel=lambda: progress(CANCEL_WAIT.format(node="the calibration server")))
         t = result.transform.transform
         std = np.sqrt(np.clip(np.diag(np.array(result.covariance).reshape(6, 6)), 0.0, None))
         print(f"{result.transform.header.frame_id}_T_{result.transform.child_frame_id}: "

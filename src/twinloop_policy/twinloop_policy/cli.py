@@ -47,7 +47,7 @@ def trials_main(argv: list[str] | None = None) -> int:
     130 cancelled by Ctrl-C.
     """
     from twinloop_ros.clients import TrialsClient
-    from twinloop_ros.command_line import Progress, run_live
+    from twinloop_ros.command_line import CANCEL_WAIT, Progress, run_live
 
     prog = "twinloop trials"
     parser = argparse.ArgumentParser(prog=prog, description=inspect.cleandoc(trials_main.__doc__),
@@ -70,7 +70,9 @@ def trials_main(argv: list[str] | None = None) -> int:
         result = TrialsClient(session.node, runner=args.runner).run(
             str(Path(args.policy).resolve()), args.trials, split=args.split, record=not args.no_record,
             trial_timeout_s=args.trial_timeout,
-            on_feedback=lambda f: progress(f"trial {f.trial_index + 1}/{args.trials}: {f.status}"))
+            on_feedback=lambda f: progress(f"trial {f.trial_index + 1}/{args.trials}: {f.status}"),
+            # the runner ends the goal once the running trial is over
+            cancel_wait_s=120.0, on_cancel=lambda: progress(CANCEL_WAIT.format(node="the policy runner")))
         for o in result.outcomes:
             print(f"trial {o.trial_index + 1}: {'success' if o.success else 'failure'} ({o.reason}), "
                   f"{o.duration_s:.1f} s" + (f", bag {o.bag_path}" if o.bag_path else ""))

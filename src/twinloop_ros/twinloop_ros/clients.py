@@ -247,8 +247,9 @@ class GoalClient:
 
     `send(goal, on_feedback)` returns the result message; the action's `error` field
     (ErrorCode) becomes a ClientError with that code, as does a rejected or aborted goal.
-    A KeyboardInterrupt while the goal runs cancels it, waits (up to `cancel_wait_s`) for
-    the server to end it, and raises GoalCanceled.
+    A KeyboardInterrupt while the goal runs cancels it (calling `on_cancel()` first), waits
+    up to `cancel_wait_s` for the server to end it (a second KeyboardInterrupt stops the
+    wait), and raises GoalCanceled. The typed clients below pass these options through.
     """
 
     def __init__(self, node: Node, action_type, action_name: str, *, hint: str, callback_group=None) -> None:
@@ -258,7 +259,8 @@ class GoalClient:
         self._client = ActionClient(node, action_type, action_name, callback_group=callback_group)
 
     def send(self, goal, on_feedback: Callable[[Any], None] | None = None, *, timeout_s: float = math.inf,
-             server_timeout_s: float = 10.0, cancel_wait_s: float = 30.0):
+             server_timeout_s: float = 10.0, cancel_wait_s: float = 30.0,
+             on_cancel: Callable[[], None] | None = None):
         if not self._client.wait_for_server(timeout_sec=server_timeout_s):
             raise ClientError(f"action {self.name} is not available: {self.hint}", ErrorCode.NOT_READY)
         feedback = (lambda msg: on_feedback(msg.feedback)) if on_feedback else None
@@ -269,7 +271,7 @@ class GoalClient:
             # Interrupted before the answer: a goal accepted meanwhile must not run on.
             handle = wait_future(sent, 5.0, f"action {self.name}")
             if handle.accepted:
-                self._cancel(handle, cancel_wait_s)
+                self._cancel(handle, cancel_wait_s, on_cancel)
             raise GoalCanceled(f"{self.name}: canceled before it started") from None
         if not handle.accepted:
             raise ClientError(f"action {self.name} rejected the goal (is it busy with another one?): {self.hint}",
@@ -278,7 +280,7 @@ class GoalClient:
             response = wait_future(handle.get_result_async(), timeout_s, f"action {self.name}",
                                    alive=self._client.server_is_ready)
         except KeyboardInterrupt:
-            response = self._cancel(handle, cancel_wait_s)
+            response = self._cancel(handle, cancel_wait_s, on_cancel)
             result = response.result if response is not None else None
             said = getattr(getattr(result, "error", None), "message", "") or "no answer from the server"
             raise GoalCanceled(f"{self.name}: canceled ({said})", result) from None
@@ -297,8 +299,10 @@ class GoalClient:
                               "see the server's log")
         return result
 
-    def _cancel(self, handle, wait_s: float):
+    def _cancel(self, handle, wait_s: float, on_cancel: Callable[[], None] | None = None):
         """Cancel a running goal; the server's final answer, or None if none came within `wait_s`."""
+        if on_cancel is not None:
+            on_cancel()
         try:
             wait_future(handle.cancel_goal_async(), 10.0, f"cancelling {self.name}")
             return wait_future(handle.get_result_async(), wait_s, f"action {self.name}",
@@ -316,17 +320,15 @@ class CalibrationClient(GoalClient):
         super().__init__(node, Calibrate, f"{server}/calibrate", hint=CALIBRATION_HINT, callback_group=callback_group)
 
     def live(self, camera: str, setup: str, *, num_views: int = 0,
-             on_feedback: Callable[[Calibrate.Feedback], None] | None = None,
-             timeout_s: float = math.inf) -> Calibrate.Result:
+             on_feedback: Callable[[Calibrate.Feedback], None] | None = None, **options) -> Calibrate.Result:
         """Drive the robot through planned views (through the envelope monitor) and solve."""
         goal = Calibrate.Goal(source=Calibrate.Goal.SOURCE_LIVE, camera=camera, setup=setup, num_views=num_views)
-        return self.send(goal, on_feedback, timeout_s=timeout_s)
+        return self.send(goal, on_feedback, **options)
 
     def from_bag(self, bag_path: str, camera: str, setup: str, *,
-                 on_feedback: Callable[[Calibrate.Feedback], None] | None = None,
-                 timeout_s: float = math.inf) -> Calibrate.Result:
+                 on_feedback: Callable[[Calibrate.Feedback], None] | None = None, **options) -> Calibrate.Result:
         goal = Calibrate.Goal(source=Calibrate.Goal.SOURCE_BAG, bag_path=bag_path, camera=camera, setup=setup)
-        return self.send(goal, on_feedback, timeout_s=timeout_s)
+        return self.send(goal, on_feedback, **options)
 
 
 class TrialsClient(GoalClient):
@@ -337,11 +339,11 @@ class TrialsClient(GoalClient):
 
     def run(self, policy_path: str, num_trials: int, *, split: str = SessionId.SPLIT_HELD_OUT, record: bool = True,
             trial_timeout_s: float = 0.0, on_feedback: Callable[[RunTrials.Feedback], None] | None = None,
-            timeout_s: float = math.inf) -> RunTrials.Result:
+            **options) -> RunTrials.Result:
         """Run `num_trials` trials of the policy folder; the result lists each trial's outcome."""
         goal = RunTrials.Goal(policy_path=policy_path, num_trials=num_trials, split=split, record=record,
                               trial_timeout_s=trial_timeout_s)
-        return self.send(goal, on_feedback, timeout_s=timeout_s)
+        return self.send(goal, on_feedback, **options)
 
 
 class BuildClient(GoalClient):
@@ -352,12 +354,11 @@ class BuildClient(GoalClient):
 
     def build(self, fit_bags: Sequence[str], held_out_bags: Sequence[str] = (), *, workcell: str = "",
               parent_version: int = -1, parameters: Sequence[str] = (),
-              on_feedback: Callable[[BuildTwin.Feedback], None] | None = None,
-              timeout_s: float = math.inf) -> BuildTwin.Result:
+              on_feedback: Callable[[BuildTwin.Feedback], None] | None = None, **options) -> BuildTwin.Result:
         """Identify from the fit bags (held-out ones only score) and write the next twin version."""
         goal = BuildTwin.Goal(workcell=workcell, parent_version=parent_version, fit_bags=list(fit_bags),
                               held_out_bags=list(held_out_bags), parameters=list(parameters))
-        return self.send(goal, on_feedback, timeout_s=timeout_s)
+        return self.send(goal, on_feedback, **options)
 
 
 class ReplayClient(GoalClient):
@@ -367,8 +368,7 @@ class ReplayClient(GoalClient):
         super().__init__(node, Replay, f"{server}/replay", hint=REPLAY_HINT, callback_group=callback_group)
 
     def replay(self, bag_path: str, *, twin_path: str = "", output_dir: str = "", real_time: bool = False,
-               on_feedback: Callable[[Replay.Feedback], None] | None = None,
-               timeout_s: float = math.inf) -> Replay.Result:
+               on_feedback: Callable[[Replay.Feedback], None] | None = None, **options) -> Replay.Result:
         """Replay a recorded run in a twin (empty twin_path: the latest version)."""
         goal = Replay.Goal(bag_path=bag_path, twin_path=twin_path, output_dir=output_dir, real_time=real_time)
-        return self.send(goal, on_feedback, timeout_s=timeout_s)
+        return self.send(goal, on_feedback, **options)

@@ -32,6 +32,9 @@ EXIT_CODES = ("Exit codes: 0 done; 2 bad input (the message says what to change)
               "4 it ran and failed (the message says why); 130 cancelled by Ctrl-C (a running goal is "
               "cancelled with it).")
 
+# What a subcommand shows when Ctrl-C has sent a cancel request ({node}: who ends the goal).
+CANCEL_WAIT = "cancel requested: waiting for {node} to end the goal (Ctrl-C again to stop waiting)"
+
 # ErrorCode groups (twinloop_interfaces/msg/ErrorCode): what the user gave is wrong.
 _BAD_INPUT = {ErrorCode.INVALID_ARGUMENT, ErrorCode.SPEC_MISMATCH, ErrorCode.UNKNOWN_JOINT,
               ErrorCode.MALFORMED_COMMAND, ErrorCode.NON_FINITE_COMMAND}
