@@ -201,13 +201,19 @@ def run_level(level: int, duration_s: float, work: Path, compress: bool,
     for i in range(0, len(streams), STREAMS_PER_PUBLISHER):
         specs.append({"joint_states": False, "images": [vars(s) for s in streams[i:i + STREAMS_PER_PUBLISHER]],
                       "duration": duration_s})
-    publishers = [subprocess.Popen([sys.executable, __file__, "--publish", json.dumps(spec)],
-                                   env=localhost_env(domain), stdout=subprocess.PIPE, text=True) for spec in specs]
-    cpu0, t0 = cpu_seconds(recorder.process.pid), time.monotonic()
-    reports = [json.loads(p.communicate(timeout=duration_s + 180)[0].strip().splitlines()[-1]) for p in publishers]
-    cpu = cpu_seconds(recorder.process.pid) - cpu0
-    wall = time.monotonic() - t0
-    recorder.stop(signal.SIGINT, timeout_s=180)
+    publishers = []
+    try:  # a level that fails half-way leaves no recorder or publisher running
+        publishers = [subprocess.Popen([sys.executable, __file__, "--publish", json.dumps(spec)],
+                                       env=localhost_env(domain), stdout=subprocess.PIPE, text=True) for spec in specs]
+        cpu0, t0 = cpu_seconds(recorder.process.pid), time.monotonic()
+        reports = [json.loads(p.communicate(timeout=duration_s + 180)[0].strip().splitlines()[-1]) for p in publishers]
+        cpu = cpu_seconds(recorder.process.pid) - cpu0
+        wall = time.monotonic() - t0
+    finally:
+        for publisher in publishers:
+            if publisher.poll() is None:
+                publisher.kill()
+        recorder.stop(signal.SIGINT, timeout_s=180)
     sent = {topic: count for report in reports for topic, count in report["sent"].items()}
     refused = {topic: count for report in reports for topic, count in report["refused"].items()}
     seconds = max(report["seconds"] for report in reports)
