@@ -72,7 +72,8 @@ def recorded(tmp_path_factory):
         recorder.wait_until_recording(bag, ("/joint_states", f"/{CAMERA}/color/image_raw",
                                             f"/{CAMERA}/color/camera_info"), timeout_s=60.0)
         try:
-            live = calibration.live(CAMERA, "eye_in_hand", num_views=6, timeout_s=300.0)
+            # 8 planned, 5 needed: on a loaded host a pose can miss its settle deadline and be skipped.
+            live = calibration.live(CAMERA, "eye_in_hand", num_views=8, timeout_s=300.0)
         except ClientError as error:
             raise AssertionError(f"{error}\n" + "".join(n.log()[-1500:] for n in nodes)) from error
         finally:
