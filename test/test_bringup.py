@@ -52,7 +52,10 @@ def graph(tmp_path_factory):
             topics = {t for t, _ in probe.node.get_topic_names_and_types()}
             services = {s for s, _ in probe.node.get_service_names_and_types()}
             published = {t for t in topics if probe.node.count_publishers(t) > 0}
-            if (EXPECTED_TOPICS | _rviz_topics()) <= published and EXPECTED_SERVICES <= services:
+            # Every node starts in its own process, each at its own pace (the policy runner and
+            # the calibration server load torch and OpenCV): wait for the action servers too.
+            action_services = {f"{a}/_action/send_goal" for a in EXPECTED_ACTIONS}
+            if (EXPECTED_TOPICS | _rviz_topics()) <= published and EXPECTED_SERVICES | action_services <= services:
                 break
             time.sleep(0.5)
         published = {t for t in topics if probe.node.count_publishers(t) > 0}
