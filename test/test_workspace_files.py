@@ -418,6 +418,20 @@ def test_excitation_file_loads(relative):
     assert config.joints.duration_s > 0 and config.pushes, relative
 
 
+def test_excitation_keeps_inside_the_shipped_envelope():
+    # The excitation's motion limits and its pacing sit inside the monitor's shipped limits:
+    # accelerations at most the monitor's, the player's pause lead below the lead where the
+    # monitor faults, and its longest hold shorter than the monitor's command watchdog.
+    from twinloop_builder.excitation import load_excitation_config
+    joints = load_excitation_config(ROOT / "config/excitation.yaml").joints
+    monitor = yaml.safe_load((ROOT / "config/envelope.yaml").read_text())["/**/envelope_monitor"]["ros__parameters"]
+    for name, acceleration, lead in zip(monitor["joint_names"], monitor["acceleration_limits"],
+                                        monitor["max_target_lead"]):
+        assert joints.acceleration_limits[name] <= acceleration, name
+        assert 0 < joints.pause_lead[name] <= 0.8 * lead, (name, joints.pause_lead[name], lead)
+    assert joints.max_pause_s < monitor["command_timeout_s"]
+
+
 FASTDDS = "{http://www.eprosima.com}"
 LOOPBACK = {"UDPv4": "127.0.0.1", "UDPv6": "::1", "TCPv4": "127.0.0.1", "TCPv6": "::1"}
 

@@ -171,7 +171,8 @@ def _excite(args) -> int:
     try:
         limits = motion_limits(joints, workcell.urdf_xml)
         player = ExcitationPlayer(node, command_topic=args.command_topic, limits=limits,
-                                  position_range=joint_ranges(model))
+                                  position_range=joint_ranges(model), pause_lead=joints.pause_lead,
+                                  max_pause_s=joints.max_pause_s)
         recorder = IdentificationRecorder(node)
         monitor = ExcitationMonitor(node, args.monitor) if args.monitor else None
 
@@ -185,6 +186,11 @@ def _excite(args) -> int:
                 lead_s = player.play(trajectory, stop=monitor.faulted if monitor else lambda: False)
                 if lead_s:
                     print(f"{what}: first {lead_s:.2f} s from the measured pose to its start", file=sys.stderr)
+                if player.pauses_s:
+                    print(f"{what}: held {len(player.pauses_s)} times ({sum(player.pauses_s):.2f} s in all, longest "
+                          f"{max(player.pauses_s):.2f} s) while the robot lagged its target by more than pause_lead ("
+                          + ", ".join(f"{j} {n}x" for j, n in player.lagging.most_common()) + ")",
+                          file=sys.stderr)
             finally:
                 if monitor:
                     monitor.set_armed(False)

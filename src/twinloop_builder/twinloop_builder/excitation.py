@@ -32,6 +32,9 @@ ROBOT_ROOT = "panda_link0"
 DEFAULT_ACCELERATION_LIMITS = {"panda_joint1": 7.5, "panda_joint2": 3.75, "panda_joint3": 5.0, "panda_joint4": 6.25,
                                "panda_joint5": 7.5, "panda_joint6": 10.0, "panda_joint7": 10.0,
                                "panda_finger_joint1": 1.0}
+# rad (m gripper): the player holds its schedule while the measured position lags its last
+# target by more than this (60 % of the envelope monitor's default max_target_lead).
+DEFAULT_PAUSE_LEAD = {**{f"panda_joint{i}": 0.15 for i in range(1, 8)}, "panda_finger_joint1": 0.024}
 
 
 class ExcitationError(ValueError):
@@ -53,6 +56,12 @@ class JointExcitationConfig:
     min_tcp_height_m: float = 0.15  # m above the table top, anywhere on the path
     command_rate_hz: float = 250.0  # Hz, rate the commands are published at
     seed: int = 0
+    # rad (m finger): while the robot lags the last sent target by more than this, the
+    # player holds the rest of the schedule (at most max_pause_s at a time): a loaded host
+    # or a slow plant then pauses the motion instead of letting the target run ahead of the
+    # robot into the monitor's lead check. Keep below config/envelope.yaml's max_target_lead.
+    pause_lead: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_PAUSE_LEAD))
+    max_pause_s: float = 0.2  # s, well below the monitor's command_timeout_s (it faults a silent stream)
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,7 @@ def load_excitation_config(path: Path | str) -> ExcitationConfig:
     if unknown:
         raise ExcitationError(f"{path}: unknown keys {sorted(unknown)} under 'joints'; known: {sorted(known)}")
     joints = dict(raw["joints"])
-    for key in ("amplitude", "acceleration_limits"):
+    for key in ("amplitude", "acceleration_limits", "pause_lead"):
         if key in joints and not isinstance(joints[key], dict):
             raise ExcitationError(f"{path}: joints.{key} must map joint names to numbers, got {joints[key]!r}")
         bad = [j for j in joints.get(key, {}) if j not in COMMANDED_JOINTS]
@@ -121,6 +130,8 @@ def load_excitation_config(path: Path | str) -> ExcitationConfig:
         joints["band_hz"] = tuple(joints["band_hz"])
     if "acceleration_limits" in joints:  # a partial list keeps the defaults of the others
         joints["acceleration_limits"] = {**DEFAULT_ACCELERATION_LIMITS, **joints["acceleration_limits"]}
+    if "pause_lead" in joints:
+        joints["pause_lead"] = {**DEFAULT_PAUSE_LEAD, **joints["pause_lead"]}
     if raw["pushes"] is not None and not isinstance(raw["pushes"], list):
         raise ExcitationError(f"{path}: 'pushes' must be a list of pushes (or empty), got {raw['pushes']!r}")
     push_keys = set(PushConfig.__dataclass_fields__)
@@ -163,6 +174,9 @@ def check_joint_config(config: JointExcitationConfig, source: object = "joint ex
         number(f"amplitude of {joint}", value, low=0.0, strict_low=False)
     for joint, value in dict(config.acceleration_limits).items():
         number(f"acceleration_limits of {joint}", value, low=0.0)
+    for joint, value in dict(config.pause_lead).items():
+        number(f"pause_lead of {joint}", value, low=0.0)
+    number("max_pause_s", config.max_pause_s, low=0.0, strict_low=False)
     number("velocity_fraction", config.velocity_fraction, low=0.0, high=1.0)
     number("position_margin_rad", config.position_margin_rad, low=0.0, strict_low=False)
     number("min_tcp_height_m", config.min_tcp_height_m)
@@ -375,7 +389,10 @@ def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: floa
     lateral = np.array([-direction[1], direction[0], 0.0])
     finger_half_m = 0.012  # closed fingers: half the pad depth along the push
     start = box_xyz - direction * (box_half_size_m + finger_half_m + clearance_m) + lateral * push.offset_m
-    start[2] = box_xyz[2]
+    # At the mid-height of a box resting on the table, whatever its measured height: a box
+    # that settles a few mm into a soft table (or a noisy pose) would otherwise take the hand
+    # below the monitor's workspace floor (config/envelope.yaml, 5 mm below mid-height).
+    start[2] = max(box_xyz[2], checker.table_height_m + box_half_size_m)
     end = start + direction * (clearance_m + push.distance_m)
     lift = np.array([0.0, 0.0, approach_height_m])
     closed = dict(home, **{GRIPPER_JOINT: 0.0})

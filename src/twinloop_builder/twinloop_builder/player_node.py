@@ -6,6 +6,7 @@ twinloop_ros.clients, and their failures become `PlayerError`s that say what to 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Callable, Mapping, Sequence
 
 import mujoco
@@ -38,12 +39,21 @@ class ExcitationPlayer:
     the rest of the schedule instead of publishing the late rows in a burst: the robot's
     target then pauses and goes on, where a burst would make it jump ahead by as many rows
     as were late (at 1 rad/s, 40 ms late is a 40 mrad jump of the target).
+
+    With `pause_lead` (rad, m per joint), the player also paces itself to the robot: while
+    the measured position lags the last published target by more than that on any joint,
+    it holds the rest of the schedule, up to `max_pause_s` at a time, then shifts it. A
+    monitor or workcell that falls behind the stream on a loaded host forwards the queued
+    targets in a burst; unpaced, the target then runs ahead of the robot by the whole
+    backlog (0.25 rad at 0.5-1 rad/s and 0.3-0.5 s behind) and the monitor's lead check
+    stops the motion. Paced, the backlog is at most `pause_lead` ahead of the robot.
     """
 
     def __init__(self, node: Node, *, command_topic: str = "/twinloop/builder/command",
                  box_topic: str = "/twinloop/emulated_workcell/box_pose", joint_states_topic: str = "/joint_states",
                  limits: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
-                 position_range: Mapping[str, tuple[float, float]] | None = None) -> None:
+                 position_range: Mapping[str, tuple[float, float]] | None = None,
+                 pause_lead: Mapping[str, float] | None = None, max_pause_s: float = 0.2) -> None:
         self.node = node
         self.publisher = node.create_publisher(JointState, command_topic, COMMANDS)
         self.box_xyz: np.ndarray | None = None
@@ -54,6 +64,10 @@ class ExcitationPlayer:
         self.position_range = dict(position_range or {})
         self.measured: dict[str, float] = {}
         self.schedule_shifts_s: list[float] = []  # how far each shifted the schedule, last play()
+        self.pause_lead = dict(pause_lead or {})
+        self.max_pause_s = max_pause_s
+        self.pauses_s: list[float] = []  # each hold while the robot lagged, last play()
+        self.lagging: Counter[str] = Counter()  # joints that lagged at the start of a hold, last play()
         node.create_subscription(JointState, joint_states_topic,
                                  lambda msg: self.measured.update(zip(msg.name, msg.position)),
                                  SENSOR)
@@ -84,12 +98,19 @@ class ExcitationPlayer:
                             max_acceleration=self.limits[1])
             trajectory = lead.then(trajectory) if lead is not None else trajectory
         names = list(trajectory.joints)
+        paced = [(names.index(j), limit) for j, limit in self.pause_lead.items() if j in names]
         periods = np.diff(trajectory.t, append=trajectory.t[-1])
-        self.schedule_shifts_s = []
+        self.schedule_shifts_s, self.pauses_s, self.lagging = [], [], Counter()
         due = time.monotonic()
+        sent = None
         for row, period in zip(trajectory.positions, periods):
             if stop():
                 break
+            if sent is not None and paced:
+                held = self._hold_while_lagging(names, sent, paced)
+                if held > 0:
+                    self.pauses_s.append(held)
+                    due = max(due, time.monotonic())
             late = time.monotonic() - due
             if late < 0:
                 time.sleep(-late)
@@ -99,8 +120,25 @@ class ExcitationPlayer:
             msg = JointState(name=names, position=[float(v) for v in row])
             msg.header.stamp = self.node.get_clock().now().to_msg()
             self.publisher.publish(msg)
+            sent = row
             due += period
         return lead.duration_s if lead is not None else 0.0
+
+    def _hold_while_lagging(self, names: Sequence[str], sent: np.ndarray, paced) -> float:
+        """Wait while the measured position lags `sent` by more than its pause lead on any
+        joint, at most max_pause_s; returns how long it waited (0: no lag)."""
+        began = time.monotonic()
+        waited = False
+        while time.monotonic() - began < self.max_pause_s:
+            measured = self.measured
+            lagging = [names[i] for i, limit in paced if abs(sent[i] - measured.get(names[i], sent[i])) > limit]
+            if not lagging:
+                break
+            if not waited:
+                self.lagging.update(lagging)
+            waited = True
+            time.sleep(0.002)
+        return time.monotonic() - began if waited else 0.0
 
     def wait_for_joint_states(self, joints: Sequence[str], timeout_s: float = 10.0) -> None:
         """Return once every joint of `joints` has been measured. The move to a trajectory's

@@ -40,6 +40,7 @@ COMMON_PARAMETERS = {
     "tf_rate_hz": (50.0, "Hz, /tf rate of the moving links"),
     "cameras_enabled": (True, "render and publish the RGB-D cameras (child process)"),
     "camera_rate_hz": (15.0, "Hz, rendered camera rate (declared below nominal on a CPU)"),
+    "camera_nice": (10, "niceness added to the camera process (0: the control path's priority)"),
 }
 
 
@@ -235,7 +236,10 @@ class WorkcellServer(Node):
                 "-r", f"__ns:={self.get_namespace()}", "-r", f"__node:={self._cameras_node_name()}"]
         for name, value in parameters.items():
             args += ["-p", f"{name}:={value}"]
-        return subprocess.Popen(args)
+        nice = int(self.p["camera_nice"])
+        # On a real cell the cameras are devices of their own; rendered here, they would take
+        # the CPU from the robot's control path (physics, the envelope monitor) on a loaded host.
+        return subprocess.Popen(args, preexec_fn=(lambda: os.nice(nice)) if nice > 0 else None)
 
     def _cameras_node_name(self) -> str:
         """Named after this node: an emulated workcell and a sim bridge may run side by side."""
