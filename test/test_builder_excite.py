@@ -10,6 +10,7 @@ this process.
 from __future__ import annotations
 
 import subprocess
+import threading
 import sys
 import time
 
@@ -204,4 +205,64 @@ def test_a_player_that_falls_behind_shifts_its_schedule_instead_of_bursting():
         assert any(s >= 0.055 for s in player.schedule_shifts_s), player.schedule_shifts_s
         assert published[-1] - published[0] >= 149 * period + 0.055
     finally:
+        session.close()
+
+
+def test_a_player_holds_while_the_robot_lags_its_target():
+    # A robot held still (blocked, or a monitor and workcell fallen behind on a loaded host)
+    # while the trajectory moves on: once the measured position lags the last published
+    # target by more than pause_lead, the player publishes one row per max_pause_s (the
+    # monitor's command watchdog stays fed, the lead grows one row at a time), and goes
+    # back to its schedule once the robot follows again.
+    session = RosSession(fresh_domain_id(), name="player_pacing_test")
+    stop_robot = threading.Event()
+    try:
+        pause_lead, max_pause_s, release_s = 0.05, 0.1, 0.6
+        player = ExcitationPlayer(session.node, command_topic="/twinloop/test/command",
+                                  joint_states_topic="/twinloop/test/joint_states",
+                                  pause_lead={"panda_joint1": pause_lead}, max_pause_s=max_pause_s)
+        period = 0.004
+        positions = np.zeros((125, len(COMMANDED_JOINTS)))
+        positions[:, 0] = np.linspace(0.0, 0.2, 125)  # 0.4 rad/s
+        trajectory = JointTrajectory(np.arange(125) * period, COMMANDED_JOINTS, positions)
+        published, latest = [], {"row": positions[0]}
+        publish = player.publisher.publish
+
+        def record(msg):
+            published.append((time.monotonic(), msg.position[0]))
+            latest["row"] = np.array(msg.position)
+            publish(msg)
+        player.publisher.publish = record
+        states = session.node.create_publisher(JointState, "/twinloop/test/joint_states", RELIABLE)
+        began = time.monotonic()
+
+        def robot():  # at 0 until release_s, then exactly where it was last sent
+            while not stop_robot.is_set():
+                held = time.monotonic() - began < release_s
+                states.publish(JointState(name=list(COMMANDED_JOINTS),
+                                          position=[0.0] * len(COMMANDED_JOINTS) if held else
+                                          [float(v) for v in latest["row"]]))
+                time.sleep(0.004)
+        threading.Thread(target=robot, daemon=True).start()
+        player.wait_for_joint_states(COMMANDED_JOINTS)
+        started = time.monotonic()
+        player.play(trajectory)
+        took = time.monotonic() - started
+        times = np.array([t for t, _ in published])
+        sent = np.array([q for _, q in published])
+        released = began + release_s
+        print(f"played {len(sent)} rows in {took:.2f} s (schedule {trajectory.duration_s:.2f} s); "
+              f"{len(player.pauses_s)} holds, longest {max(player.pauses_s):.3f} s; lagging {dict(player.lagging)}")
+        assert len(sent) == 125 and np.all(np.diff(sent) > 0)  # every row, in order
+        assert dict(player.lagging) == {"panda_joint1": len(player.pauses_s)} and len(player.pauses_s) >= 3
+        assert max(player.pauses_s) < max_pause_s + 0.05
+        # Held still, the robot gets at most one row per hold beyond the pause lead ...
+        stuck = sent[times < released - 0.02]
+        assert stuck.max() <= pause_lead + (len(player.pauses_s) + 2) * 0.2 / 124, stuck.max()
+        rows_while_stuck = np.sum((times > times[0] + 0.2) & (times < released - 0.02))
+        assert rows_while_stuck <= (released - times[0] - 0.2) / max_pause_s + 2, rows_while_stuck
+        # ... and once it follows, the rest goes out on schedule (no hold after the release).
+        assert took < trajectory.duration_s + release_s + 0.2
+    finally:
+        stop_robot.set()
         session.close()
