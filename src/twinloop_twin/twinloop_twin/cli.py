@@ -1,14 +1,16 @@
 """twinloop twin: inspect, verify, build and export twin versions.
 
-    twinloop twin build-nominal [--root twins] [--workcell emulated]
+    twinloop twin build-nominal [--root twins] [--workcell emulated]   # writes v0, or verifies it
     twinloop twin list [--root twins] [--workcell emulated]
     twinloop twin show twins/emulated/v0          # provenance and parameters (mean ± std)
     twinloop twin verify twins/emulated/v0        # re-hash every file
     twinloop twin export-usd twins/emulated/v0 out.usda   # never over an existing file
 
-Exit codes: 0 done; 2 bad input (no such twin, a twin whose files do not match their
-sha256 or whose twin.yaml is malformed, an existing output; one line on stderr says what
-is wrong and what to do).
+Exit codes: 0 done (build-nominal: v0 written, or already there and verified); 2 bad input
+(no such twin or twins root, a twin whose files do not match their sha256 or whose
+twin.yaml is malformed, an existing output); 4 build-nominal found a v0 that is intact but
+is not the nominal twin urdf/ and config/ give now. On an error one line on stderr says
+what is wrong and what to do.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import sys
 from pathlib import Path
 
 from twinloop_twin.bundle import TwinError, list_versions, load_twin
+
+MISMATCH_EXIT = 4
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,9 +54,14 @@ def one_line(error: BaseException) -> str:
 
 def _run(args) -> int:
     if args.command == "build-nominal":
-        from twinloop_twin.nominal import build_nominal_twin
-        bundle = build_nominal_twin(Path(args.root), args.workcell)
-        print(f"wrote {bundle.path}")
+        from twinloop_twin.nominal import NominalTwinMismatch, build_or_verify_nominal_twin
+        try:
+            bundle, written = build_or_verify_nominal_twin(Path(args.root), args.workcell)
+        except NominalTwinMismatch as error:
+            print(f"twinloop twin: error: {one_line(error)}", file=sys.stderr)
+            return MISMATCH_EXIT
+        print(f"wrote {bundle.path}" if written else
+              f"verified {bundle.path}: intact, and the nominal twin urdf/ and config/ give now")
     elif args.command == "list":
         if not (Path(args.root) / args.workcell).is_dir():
             raise TwinError(f"no twins of workcell '{args.workcell}' under {Path(args.root)}; check --root and "

@@ -7,13 +7,22 @@ it stays loadable and identical whatever is installed later.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable
 
 import mujoco
 
-from twinloop_twin.bundle import Provenance, TwinBundle, latest_version, load_twin_version, write_twin_version
+from twinloop_twin.bundle import (
+    Provenance,
+    TwinBundle,
+    TwinError,
+    latest_version,
+    load_twin_version,
+    sha256_of,
+    write_twin_version,
+)
 from twinloop_twin.parameters import Parameter, ParameterSet
 from twinloop_twin.physics import ARM_JOINTS, WorkcellPhysics, load_physics
 from twinloop_twin.scene import build_workcell_spec
@@ -76,6 +85,10 @@ def scene_files(workcell: WorkcellDescription, physics: WorkcellPhysics) -> dict
     return files
 
 
+class NominalTwinMismatch(TwinError):
+    """v0 exists and is intact, but is not the nominal twin that urdf/ and config/ give now."""
+
+
 def build_nominal_twin(root: Path, workcell_name: str, *, config_dir: Path | None = None,
                        urdf_path: Path | None = None) -> TwinBundle:
     config_dir = config_dir or default_config_dir()
@@ -85,11 +98,42 @@ def build_nominal_twin(root: Path, workcell_name: str, *, config_dir: Path | Non
                                    config_dir=config_dir, urdf_path=urdf_path)
 
 
-def build_twin_from_physics(root: Path, workcell_name: str, physics_path: Path, *, created_by: str,
-                            source: str, note: str, version: int | None = None,
-                            parent_version: int | None = None, config_dir: Path | None = None,
-                            urdf_path: Path | None = None) -> TwinBundle:
-    """A twin whose physics are a given hypothesis file (v0 from the nominal one)."""
+def build_or_verify_nominal_twin(root: Path, workcell_name: str, *, config_dir: Path | None = None,
+                                 urdf_path: Path | None = None) -> tuple[TwinBundle, bool]:
+    """Write v0, or verify the v0 that is there: (the twin, True when it was written now).
+
+    An existing v0 must be intact (`TwinIntegrityError` otherwise) and hold exactly what
+    urdf/ and config/ give now: the same files, byte for byte, and the same parameters
+    (`NominalTwinMismatch` otherwise, naming what differs). Nothing is written then.
+    """
+    if (Path(root) / workcell_name / "v0").exists():
+        existing = load_twin_version(root, workcell_name, 0)
+        config_dir = config_dir or default_config_dir()
+        files, parameters = _twin_contents(config_dir / "nominal_physics.yaml", source="nominal",
+                                           config_dir=config_dir, urdf_path=urdf_path)
+        expected = {rel: _sha256(content) for rel, content in files.items()}
+        differ = sorted(rel for rel in set(expected) | set(existing.manifest.files)
+                        if expected.get(rel) != existing.manifest.files.get(rel))
+        changed = sorted(name for name in set(parameters) | set(existing.parameters)
+                         if parameters.get(name) != existing.parameters.get(name))
+        if changed:
+            differ.append(f"{len(changed)} parameter(s), e.g. {changed[0]}")
+        if differ:
+            raise NominalTwinMismatch(
+                f"{existing.path} is not the nominal twin that urdf/ and config/ give now (differs: "
+                f"{', '.join(differ)}); twins are immutable: keep it and build later versions on it, "
+                f"or write the new nominal twin under another --root")
+        return existing, False
+    return build_nominal_twin(root, workcell_name, config_dir=config_dir, urdf_path=urdf_path), True
+
+
+def _sha256(content: bytes | Path) -> str:
+    return sha256_of(content) if isinstance(content, Path) else hashlib.sha256(content).hexdigest()
+
+
+def _twin_contents(physics_path: Path, *, source: str, config_dir: Path | None,
+                   urdf_path: Path | None) -> tuple[dict[str, bytes | Path], ParameterSet]:
+    """The files and parameters of a twin whose physics are `physics_path`."""
     workcell = load_workcell(config_dir or default_config_dir(), urdf_path)
     physics = load_physics(physics_path)
     files = scene_files(workcell, physics)
@@ -97,8 +141,17 @@ def build_twin_from_physics(root: Path, workcell_name: str, physics_path: Path, 
     files["inputs/physics.yaml"] = Path(physics_path)
     files["inputs/workcell.yaml"] = workcell.config_path
     files["inputs/workcell_description.urdf"] = workcell.urdf_path
+    return files, physics_parameters(physics, source=source)
+
+
+def build_twin_from_physics(root: Path, workcell_name: str, physics_path: Path, *, created_by: str,
+                            source: str, note: str, version: int | None = None,
+                            parent_version: int | None = None, config_dir: Path | None = None,
+                            urdf_path: Path | None = None) -> TwinBundle:
+    """A twin whose physics are a given hypothesis file (v0 from the nominal one)."""
+    files, parameters = _twin_contents(physics_path, source=source, config_dir=config_dir, urdf_path=urdf_path)
     provenance = Provenance(created_by=created_by, parent_version=parent_version, note=note)
-    return write_twin_version(root, workcell_name, parameters=physics_parameters(physics, source=source),
+    return write_twin_version(root, workcell_name, parameters=parameters,
                               provenance=provenance, files=files, version=version)
 
 
