@@ -425,8 +425,9 @@ def _repaired_bag_checks_clean(work: Path) -> list[str]:
     return [f"after repair: {p}" for p in check_bag(work / "bag").problems]
 
 
+# replay --report-only: a replay that succeeds writes its response under replays/ of the working directory
 BAG_COMMANDS = {"info": ["bag", "info", "{bag}"], "repair": ["bag", "repair", "{bag}"],
-                "replay": ["replay", "{bag}", "--twin", "{twin}"],
+                "replay": ["replay", "{bag}", "--twin", "{twin}", "--report-only"],
                 "calibrate": ["calibrate", "--bag", "{bag}", "--bootstrap", "0"],
                 "build": ["build", "build", "--fit", "{bag}", "--root", "{twins}"]}
 # Exit codes that differ from 2: info reads bags that are whole but useless to a stage;
@@ -500,7 +501,7 @@ def dataset_runs() -> list[Run]:
 def twin_runs() -> list[Run]:
     commands = {"verify": ["twin", "verify", "{twin}"], "show": ["twin", "show", "{twin}"],
                 "export_usd": ["twin", "export-usd", "{twin}", "{work}/scene.usda"],
-                "replay": ["replay", "{bag}", "--twin", "{twin}"],
+                "replay": ["replay", "{bag}", "--twin", "{twin}", "--report-only"],
                 "build": ["build", "build", "--fit", "{bag}", "--root", "{twins}"]}
     runs = []
     for name, spoil in BAD_TWINS.items():

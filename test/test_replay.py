@@ -171,3 +171,40 @@ def test_bad_twin_path_is_a_clear_error(tmp_path):
     bag = _bag_with_commands(tmp_path / "ok", ["panda_joint1"])
     with pytest.raises((TwinError, FileNotFoundError), match="v9"):
         replay_bag(bag, tmp_path / "twins/emulated/v9")
+
+
+def test_replay_command_as_the_readme_writes_it_leaves_the_response_bag_in_replays(tmp_path, twins):
+    """`twinloop replay BAG --twin T` (no --output-dir): the response bag goes to replays/
+    of the working directory, as the replay server's does; again it refuses to overwrite it;
+    --report-only writes nothing."""
+    import subprocess
+    import sys
+    twinloop = str(Path(sys.executable).with_name("twinloop"))
+    bag = _bag_with_commands(tmp_path / "run", ["panda_joint1"])
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([twinloop, "replay", str(bag), "--twin", str(twins["nominal"]), *extra], cwd=work,
+                              capture_output=True, text=True, timeout=120)
+
+    done = run()
+    assert done.returncode == 0, done.stderr
+    response = work / "replays" / "run-replay-v0"
+    assert f"twin response: {Path('replays') / 'run-replay-v0'}" in done.stdout
+    expected, _ = replay_bag(bag, twins["nominal"])
+    from twinloop_logging.bag_reader import open_bag
+    with open_bag(response) as opened:
+        replayed = opened.joint_states("/twinloop/sim/joint_states")
+    assert len(replayed.stamps_ns) == len(expected.twin_t)
+    np.testing.assert_allclose(replayed.position, expected.twin_q, atol=1e-9)
+    written = sorted(p.relative_to(work).as_posix() for p in work.rglob("*"))
+
+    again = run()
+    assert again.returncode == 2
+    (line,) = again.stderr.splitlines()
+    assert line.startswith("twinloop replay: error: replays/run-replay-v0 exists already")
+    report_only = run("--report-only")
+    assert report_only.returncode == 0, report_only.stderr
+    assert "twin response" not in report_only.stdout and "end-effector RMSE" in report_only.stdout
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*")) == written
