@@ -366,6 +366,7 @@ class Run:
     prepare: Callable[[Base, Path], Prepared]    # makes the inputs in the run's folder
     expect: int = 2
     check_after: Callable[[Path], list[str]] | None = None  # more problems to look for after the run
+    says: str | None = None  # what the error line must name (the option at fault)
 
     @property
     def input(self) -> str:
@@ -405,6 +406,8 @@ class Outcome:
             out.append(f"exit code {self.code}, expected {self.run.expect}: {self.error_line or self.stdout[-200:]}")
         elif not self.clear:
             out.append(f"unclear error line {self.error_line!r}")
+        elif self.run.says is not None and self.run.says not in self.error_line:
+            out.append(f"the error line does not name {self.run.says}: {self.error_line!r}")
         out += [f"changed: {c}" for c in self.changed]
         return out
 
@@ -524,12 +527,13 @@ def option_runs() -> list[Run]:
             twins = copy_into(base.twins, work / "twins") if any("{twin" in a for a in argv) else None
             bag = copy_into(base.bag, work / "bag") if any("{bag}" in a for a in argv) else None
             env = {}
-            if argv[:2] == ["bag", "record"]:
-                # should the options be accepted after all, the recorder it starts stays on
-                # this host, on a domain of its own
+            if argv[:2] in (["bag", "record"], ["build", "excite"]):
+                # should the options be accepted after all, the recorder it starts (the
+                # services excite calls) stay on this host, on a domain of its own
                 from twinloop_ros.process import fresh_domain_id
                 env = {"ROS_DOMAIN_ID": str(fresh_domain_id()), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
-            return [a.format(work=work, twin=twins and twins / "emulated" / "v0", bag=bag) for a in argv], env, None
+            return [a.format(work=work, twin=twins and twins / "emulated" / "v0", twins=twins, bag=bag)
+                    for a in argv], env, None
         return prepare
 
     def existing_policy(base: Base, work: Path) -> None:
@@ -571,8 +575,23 @@ def option_runs() -> list[Run]:
         "calibrate_std_nan": (["calibrate", "--dataset", str(HANDEYE / "cal_data.yaml"),
                                "--max-translation-std-m", "nan"], None),
         "twin_list_missing_root": (["twin", "list", "--root", "{work}/no_twins"], None),
+        # --monitor '': accepted by mistake, excite waits for a recorder that is not there and exits 3
+        "excite_lead_in_nan": (["build", "excite", "--split", "fit", "--lead-in", "nan", "--monitor", ""], None),
+        "excite_lead_in_negative": (["build", "excite", "--split", "fit", "--lead-in", "-1", "--monitor", ""], None),
+        "excite_duration_zero": (["build", "excite", "--split", "fit", "--duration", "0", "--monitor", ""], None),
+        "build_max_iterations_zero": (["build", "build", "--fit", "{bag}", "--root", "{twins}", "--max-iterations",
+                                       "0"], None),
+        "build_max_iterations_negative": (["build", "build", "--fit", "{bag}", "--root", "{twins}",
+                                           "--max-iterations", "-2"], None),
     }
-    return [Run(f"option/{name}: {argv[0]}", simple(argv, setup)) for name, (argv, setup) in cases.items()]
+    # the option a run spoils, where another error could hide it (a build from the corpus's
+    # 1 s bag fails for its length whatever --max-iterations says)
+    says = {name: f"argument {option}:" for name, option in (
+        ("excite_lead_in_nan", "--lead-in"), ("excite_lead_in_negative", "--lead-in"),
+        ("excite_duration_zero", "--duration"), ("build_max_iterations_zero", "--max-iterations"),
+        ("build_max_iterations_negative", "--max-iterations"))}
+    return [Run(f"option/{name}: {argv[0]}", simple(argv, setup), says=says.get(name))
+            for name, (argv, setup) in cases.items()]
 
 
 def corpus() -> list[Run]:

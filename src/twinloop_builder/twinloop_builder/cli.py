@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 
@@ -24,18 +25,43 @@ from twinloop_twin.workcell import default_config_dir
 EXCITATION_FILE = "excitation.yaml"
 
 
+def _seconds(*, positive: bool):
+    """An argparse type: a finite number of seconds, > 0 or >= 0."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number of seconds {'> 0' if positive else '>= 0'}; give e.g. 1.5")
+        return value
+    return parse
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1; give e.g. 12")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="twinloop build", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     excite = sub.add_parser("excite", help="play an excitation while the recorder records it")
     excite.add_argument("--kind", choices=("joints", "pushes"), default="joints")
     excite.add_argument("--split", choices=("fit", "held_out"), required=True)
-    excite.add_argument("--duration", type=float, default=None, help="s, joint excitation length (default: file)")
+    excite.add_argument("--duration", type=_seconds(positive=True), default=None, help="s, joint excitation length (default: file)")
     excite.add_argument("--seed", type=int, default=None, help="multi-sine seed (use another one for held-out)")
     excite.add_argument("--config", default=str(default_config_dir() / EXCITATION_FILE))
     excite.add_argument("--output-dir", default="", help="bag parent folder (default: the recorder's)")
     excite.add_argument("--twin", default="", help="twin version in use, stored with the session")
-    excite.add_argument("--lead-in", type=float, default=1.0, help="s recorded at rest before the motion")
+    excite.add_argument("--lead-in", type=_seconds(positive=False), default=1.0, help="s recorded at rest before the motion")
     excite.add_argument("--command-topic", default="/twinloop/builder/command",
                         help="where targets go: an input of the envelope monitor (config/envelope.yaml)")
     excite.add_argument("--monitor", default="/envelope_monitor",
@@ -48,7 +74,8 @@ def main(argv=None) -> int:
     build.add_argument("--root", default="twins", help="twins folder")
     build.add_argument("--parent", type=int, default=None, help="parent version (default: the latest)")
     build.add_argument("--select", nargs="*", default=[], help="parameter name prefixes to identify (default: all)")
-    build.add_argument("--max-iterations", type=int, default=12)
+    build.add_argument("--max-iterations", type=_at_least_one, default=12,
+                       help="optimizer iterations at most (>= 1)")
     goal = sub.add_parser("goal", help="send the build to the running twin_builder node (BuildTwin action)")
     goal.add_argument("--fit", nargs="+", required=True, help="fit-split identification bags")
     goal.add_argument("--held-out", nargs="*", default=[], help="held-out bags (scored, never fitted)")
