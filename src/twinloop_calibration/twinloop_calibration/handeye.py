@@ -154,6 +154,17 @@ class _Group:
     perturb: str | None  # where the robot pose error enters: "left" or "right" of M_i, None: no robot
 
 
+def _stack(group: _Group) -> tuple:
+    """A group's views as arrays for batched prediction: middles (V, 4, 4), object points
+    (P, 3), the view of each point (P,), image points (P, 2), residual bounds (V + 1,)."""
+    if not group.middle:
+        return ()
+    counts = [len(d.object_points) for d in group.detections]
+    return (np.stack(group.middle), np.concatenate([d.object_points for d in group.detections]),
+            np.repeat(np.arange(len(counts)), counts), np.concatenate([d.image_points for d in group.detections]),
+            2 * np.concatenate([[0], np.cumsum(counts)]).astype(int))
+
+
 def _middle(setup: Setup, base_T_gripper: np.ndarray) -> np.ndarray:
     return se3.inv(base_T_gripper) if setup == Setup.EYE_IN_HAND else base_T_gripper
 
@@ -170,6 +181,7 @@ class _Problem:
         self.reference = reference
         self.whiteners: list[list[np.ndarray | None]] = [[None] * len(g.middle) for g in groups]
         self.pixel_scale = 1.0
+        self._stacks = [_stack(g) for g in groups]
 
     def transforms(self, theta: np.ndarray) -> dict[str, np.ndarray]:
         return {name: se3.perturb(self.reference[name], theta[6 * k:6 * k + 6])
@@ -191,13 +203,25 @@ class _Problem:
         return (self.predict(transforms, group, index) - group.detections[index].image_points).ravel()
 
     def residuals(self, theta: np.ndarray) -> np.ndarray:
+        """Every view's residual (view_residual, whitened), in view order. The views of a
+        group are predicted together (one batched transform and projection): the solver
+        and its finite differences call this thousands of times per calibration."""
         transforms = self.transforms(theta)
         out = []
         for g, group in enumerate(self.groups):
-            for i in range(len(group.middle)):
-                r = self.view_residual(transforms, g, i)
-                w = self.whiteners[g][i]
-                out.append(w @ r if w is not None else r / self.pixel_scale)
+            if not group.middle:
+                continue
+            middle, points, owner, image, bounds = self._stacks[g]
+            camera_T_target = se3.inv(transforms[group.x]) @ middle @ transforms[group.b]
+            camera_points = (np.einsum("nij,nj->ni", camera_T_target[owner, :3, :3], points)
+                             + camera_T_target[owner, :3, 3])
+            r = (group.camera.project(camera_points) - image).ravel()
+            whiteners = self.whiteners[g]
+            if all(w is None for w in whiteners):
+                out.append(r / self.pixel_scale)
+                continue
+            out.extend(w @ r[a:b] if w is not None else r[a:b] / self.pixel_scale
+                       for w, a, b in zip(whiteners, bounds[:-1], bounds[1:]))
         return np.concatenate(out)
 
     def robot_jacobian(self, transforms, g: int, i: int, step: float = 1e-6) -> np.ndarray:
