@@ -7,6 +7,7 @@ services from its own rclpy context, each test on its own ROS domain.
 from __future__ import annotations
 
 import hashlib
+import re
 import resource
 import signal
 import subprocess
@@ -276,3 +277,37 @@ def test_storage_full_stops_cleanly_and_keeps_what_was_written(tmp_path):
         kept = bag.topics["/twinloop/test/image"].count
         assert 1 <= kept <= image_stats.received
         assert all(f == pixels for _, _, f in ((0, 0, m.msg.data.tobytes()) for m in bag.messages(["/twinloop/test/image"])))
+
+
+def test_bag_names_say_purpose_kind_and_split(tmp_path):
+    """A generated session id ends in the split; an id made by session_name (what
+    `twinloop build excite` asks for) also names the kind of excitation."""
+    from twinloop_logging.session import session_name
+    from twinloop_ros.clients import RecorderClient
+
+    domain = fresh_domain_id()
+    recorder = NodeProcess(RECORDER, domain, {"output_dir": str(tmp_path / "bags")}, log_path=tmp_path / "recorder.log")
+    probe = RosProbe(domain)
+    names = {}
+    try:
+        client = RecorderClient(probe.node)
+        for kind, split, session_id in (("", "held_out", ""), ("", "fit", ""),
+                                        ("joints", "fit", session_name("identification", "fit", kind="joints")),
+                                        ("pushes", "held_out", session_name("identification", "held_out",
+                                                                             kind="pushes"))):
+            bag = client.start(profile="identification", purpose="identification", split=split,
+                               session_id=session_id, timeout_s=STARTUP_S)
+            client.stop()
+            names[(kind, split)] = Path(bag)
+    finally:
+        probe.close()
+        assert recorder.stop() == 0, recorder.log()
+    stamp = r"20\d{6}T\d{6}Z"
+    assert re.fullmatch(rf"{stamp}-emulated_panda-identification-held_out", names[("", "held_out")].name)
+    assert re.fullmatch(rf"{stamp}-emulated_panda-identification-fit", names[("", "fit")].name)
+    assert re.fullmatch(rf"{stamp}-identification-joints-fit", names[("joints", "fit")].name)
+    assert re.fullmatch(rf"{stamp}-identification-pushes-held_out", names[("pushes", "held_out")].name)
+    for (_, split), bag in names.items():
+        assert bag.parent == tmp_path / "bags" and bag.is_dir()
+        with open_bag(bag) as opened:
+            assert (opened.session.session_id, opened.session.split) == (bag.name, split)

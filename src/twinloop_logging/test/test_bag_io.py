@@ -26,7 +26,7 @@ from twinloop_logging.drops import TopicAccount, header_stamp_ns
 from twinloop_logging.profiles import ProfileError, parse_profiles, select_profile
 from twinloop_logging.recording import RecordingOptions, SessionWriter
 from twinloop_logging.repair import repair_bag
-from twinloop_logging.session import BagExistsError, SessionError, new_session
+from twinloop_logging.session import BagExistsError, SessionError, new_session, session_name
 from twinloop_logging.typedefs import TypeResolver, UnknownMessageType
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -304,6 +304,17 @@ def test_profiles_and_sessions_refuse_bad_input():
         new_session("play", "fit")
     with pytest.raises(SessionError, match="folder-safe"):
         new_session("trial", "fit", session_id="../escape")
+
+
+def test_session_names_carry_purpose_kind_and_split():
+    at = 1_796_318_692_000_000_000  # 2026-12-03 17:24:52 UTC
+    assert session_name("identification", "fit", robot="emulated panda", kind="joints", now_ns=at) == (
+        "20261203T172452Z-emulated_panda-identification-joints-fit")
+    assert session_name("identification", "held_out", kind="pushes", now_ns=at) == (
+        "20261203T172452Z-identification-pushes-held_out")
+    generated = new_session("calibration", "held_out", robot="panda").session_id
+    assert generated.endswith("-panda-calibration-held_out") and len(generated) == len("20261203T172452Z") + 27
+    assert new_session("trial", "fit", session_id="given").session_id == "given"
 
 
 # ---------------------------------------------------------------- command line

@@ -66,12 +66,19 @@ class SessionInfo:
         return cls(**{k: v for k, v in raw.items() if k in known})
 
 
+def session_name(purpose: str, split: str, *, robot: str = "", kind: str = "", now_ns: int | None = None) -> str:
+    """'<UTC time>-<robot>-<purpose>-<kind>-<split>' (empty parts left out), e.g.
+    '20261203T172452Z-emulated_panda-identification-joints-fit': a bag's folder name says
+    what it holds and whether it may be fitted (fit) or only scored (held_out)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime((time.time_ns() if now_ns is None else now_ns) / 1e9))
+    return "-".join(part for part in (stamp, _slug(robot), purpose, _slug(kind), split) if part)
+
+
 def new_session(purpose: str, split: str, *, session_id: str = "", robot: str = "", **fields) -> SessionInfo:
-    """A validated session; an empty session_id becomes '<UTC time>-<robot>-<purpose>'."""
+    """A validated session; an empty session_id becomes session_name(purpose, split, robot=robot)."""
     now_ns = time.time_ns()
     if not session_id:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now_ns / 1e9))
-        session_id = "-".join(part for part in (stamp, _slug(robot), purpose) if part)
+        session_id = session_name(purpose, split, robot=robot, now_ns=now_ns)
     return SessionInfo(session_id=session_id, purpose=purpose, split=split, robot=robot,
                        host=socket.gethostname(), started_ns=now_ns, **fields).validate()
 
