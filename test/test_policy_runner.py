@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from rclpy.action import ActionClient
@@ -61,8 +62,9 @@ def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
     goal = [home[0] + 0.15, home[1] + 0.1] + home[2:]
     # max_age 50 ms: other tests share the 2 cores and delay joint states now and then.
     policy = write_scripted_policy(tmp_path / "reach", goal, rate_hz=250.0, timeout_s=10.0, max_age_s=0.05)
-    recorder = NodeProcess("twinloop_logging.recorder_node", cell.domain_id, {"output_dir": str(bags)},
-                           log_path=cell.logs / "recorder.log")
+    # the recorder's own default, relative to where it runs: the outcomes must name the bags absolutely
+    recorder = NodeProcess("twinloop_logging.recorder_node", cell.domain_id, {"output_dir": "bags"},
+                           log_path=cell.logs / "recorder.log", cwd=tmp_path)
     runner = NodeProcess(RUNNER, cell.domain_id, {"twin_version": "emulated/v0", "settle_s": 0.3},
                          log_path=cell.logs / "runner.log")
     cell.extra += [recorder, runner]
@@ -89,6 +91,7 @@ def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
     from twinloop_logging.bag_reader import Bag
     paths = [o.bag_path for o in result.outcomes]
     assert len(set(paths)) == 2
+    assert all(Path(p).is_absolute() and Path(p).parent == bags and Path(p).is_dir() for p in paths), paths
     for index, path in enumerate(paths):
         bag = Bag(path)
         session = bag.session

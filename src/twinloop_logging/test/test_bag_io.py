@@ -317,6 +317,13 @@ def test_session_names_carry_purpose_kind_and_split():
     assert new_session("trial", "fit", session_id="given").session_id == "given"
 
 
+def test_bag_folder_is_absolute_whatever_output_dir_says(tmp_path, monkeypatch):
+    from twinloop_logging.session import bag_path_for
+    monkeypatch.chdir(tmp_path)
+    path = bag_path_for("bags", new_session("trial", "held_out", session_id="t0"), unique=False)
+    assert path == tmp_path / "bags" / "t0" and path.is_absolute()
+
+
 # ---------------------------------------------------------------- command line
 
 def test_cli_info_and_repair(tmp_path):

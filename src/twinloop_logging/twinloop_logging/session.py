@@ -84,9 +84,11 @@ def new_session(purpose: str, split: str, *, session_id: str = "", robot: str = 
 
 
 def bag_path_for(output_dir: Path | str, session: SessionInfo, *, unique: bool) -> Path:
-    """Folder of the session's bag. Never an existing one: `unique` (generated ids) adds
-    a suffix, otherwise an existing folder is a BagExistsError."""
-    path = Path(output_dir) / session.session_id
+    """Folder of the session's bag, absolute (a relative `output_dir` is taken in this
+    process's working directory: the path is handed to clients working elsewhere). Never
+    an existing one: `unique` (generated ids) adds a suffix, otherwise an existing folder
+    is a BagExistsError."""
+    path = Path(output_dir).absolute() / session.session_id
     if not path.exists():
         return path
     if not unique:

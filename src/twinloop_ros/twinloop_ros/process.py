@@ -42,14 +42,14 @@ class NodeProcess:
 
     def __init__(self, module: str, domain_id: int, parameters: dict[str, Any] | None = None,
                  env: dict[str, str] | None = None, log_path: Path | None = None,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, cwd: Path | None = None) -> None:
         args = [sys.executable, "-m", module, "--ros-args", *(extra_args or [])]
         for name, value in (parameters or {}).items():
             args += ["-p", f"{name}:={_param_text(value)}"]
         self.log_path = log_path
         self._log = open(log_path, "w") if log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(args, env=localhost_env(domain_id, **(env or {})),
-                                        stdout=self._log, stderr=subprocess.STDOUT)
+                                        stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd)
 
     def stop(self, sig: int = signal.SIGINT, timeout_s: float = 10.0) -> int:
         if self.process.poll() is None:
