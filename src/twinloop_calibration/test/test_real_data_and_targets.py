@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import math
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -114,3 +118,27 @@ def test_bad_target_descriptions_are_named_errors(tmp_path):
     bad.write_text("default: nope\ntargets:\n  a: {type: chessboard, inner_corners_x: 9, inner_corners_y: 6, square_length_m: 0.02}\n")
     with pytest.raises(TargetConfigError, match="default target 'nope'"):
         load_targets(bad)
+
+
+@needs_data
+def test_dataset_command_of_the_readme_prints_progress_then_the_report():
+    """The README's `twinloop calibrate --dataset ...` lines, run as written from the
+    repository root: every stage on stderr with its steps done/total, then the report."""
+    readme = (ROOT / "src" / "twinloop_calibration" / "README.md").read_text()
+    (command,) = re.findall(r"^(twinloop calibrate --dataset .*\\\n.*?)\s+#", readme, re.M)
+    bin_dir = str(Path(sys.executable).parent)
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "held" in done.stdout and "OpenCV" in done.stdout  # the report
+    lines = [re.fullmatch(r"\[\s*([0-9.]+) s\] (.+)", line) for line in done.stderr.splitlines()]
+    assert all(lines), done.stderr
+    elapsed = [float(m.group(1)) for m in lines]
+    assert elapsed == sorted(elapsed)
+    texts = [m.group(2) for m in lines]
+    expected = ([f"detecting: {i}/15" for i in range(15)] + ["fitting: 15 views"]
+                + [f"held-out folds: {i}/5 (15 views)" for i in range(5)]
+                + [f"bootstrap: {i}/30 (15 views)" for i in range(30)])
+    assert texts == expected, texts
+    # the long stages report while they run: no silence near the length of the run
+    assert max(b - a for a, b in zip(elapsed, elapsed[1:])) < 0.35 * elapsed[-1] + 1.0

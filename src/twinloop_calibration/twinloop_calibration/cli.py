@@ -4,6 +4,10 @@
   twinloop calibrate --bag bags/calib_0001 --camera wrist_camera --setup eye_in_hand
   twinloop calibrate --dataset <industrial_calibration cal_data.yaml> --setup eye_in_hand
 
+Progress lines go to stderr as --live prints them: --dataset per image detected, then the
+solve's stages (fitting, held-out folds, bootstrap) with steps done/total, e.g.
+"[   14.2 s] held-out folds: 1/5 (15 views)"; --bag those of the solve.
+
 Exit codes: 0 success, 2 bad input or data that cannot give a trustworthy result; with
 --live also 3 (the server or monitor not running or not ready), 4 (the run failed) and
 130 (cancelled by Ctrl-C), see twinloop_calibration/live_cli.py.
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import time
 from pathlib import Path
 
 from twinloop_calibration import calibration_io, handeye
@@ -51,16 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     options = handeye.Options(bootstrap=args.bootstrap, max_translation_std_m=args.max_translation_std_m,
                               max_rotation_std_deg=args.max_rotation_std_deg)
     offset = None
+    progress = _Progress()
     try:
         if args.dataset:
             from twinloop_calibration.datasets import load_industrial_calibration
-            data = load_industrial_calibration(args.dataset)
+            data = load_industrial_calibration(args.dataset, progress=progress)
             if data.not_found:
                 print(f"target not found in {data.not_found}", file=sys.stderr)
             views, camera = data.views, data.camera
         else:
             views, camera, offset = _bag(args)
-        result = handeye.calibrate(args.setup, views, camera, options)
+        progress.views = len(views)
+        result = handeye.calibrate(args.setup, views, camera, options, progress=progress)
     except (CalibrationError, TargetConfigError, WorkcellConfigError, OSError) as error:
         print(f"twinloop calibrate: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
@@ -73,6 +80,22 @@ def main(argv: list[str] | None = None) -> int:
             time_offset=offset)
         print(f"written: {calibration_io.write_calibration(args.output, document)}")
     return 0
+
+
+class _Progress:
+    """Progress lines on stderr with the elapsed time, as `--live` prints them:
+    '[  12.3 s] bootstrap: 10/30 (15 views)'."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.views = 0  # views in use, once known
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage in ("fitting", "refitting without outliers"):
+            text = f"{stage}: {total} views"
+        else:
+            text = f"{stage}: {done}/{total}" + (f" ({self.views} views)" if self.views else "")
+        print(f"[{time.monotonic() - self.started:7.1f} s] {text}", file=sys.stderr, flush=True)
 
 
 def _check_options(args) -> str:

@@ -16,7 +16,7 @@ import yaml
 
 from twinloop_calibration import se3
 from twinloop_calibration.degeneracy import DegenerateData
-from twinloop_calibration.handeye import View, pair_views
+from twinloop_calibration.handeye import Progress, View, pair_views
 from twinloop_calibration.intrinsics import CameraModel
 from twinloop_calibration.targets import TargetDetector, TargetNotFound, TargetSpec
 
@@ -42,7 +42,8 @@ class Dataset:
     static_camera: bool
 
 
-def load_industrial_calibration(cal_data: Path | str, *, min_views: int = 5) -> Dataset:
+def load_industrial_calibration(cal_data: Path | str, *, min_views: int = 5,
+                                progress: Progress = lambda stage, done, total: None) -> Dataset:
     path = Path(cal_data)
     raw = _read_yaml(path, "the data set")
     if not isinstance(raw, dict):
@@ -80,6 +81,7 @@ def load_industrial_calibration(cal_data: Path | str, *, min_views: int = 5) -> 
     poses, detections, labels = [], [], []
     size = (0, 0)
     for i, entry in enumerate(raw["data"]):
+        progress("detecting", i, len(raw["data"]))
         if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry[k] for k in ("pose", "image")):
             raise DatasetError(f"{path}: data[{i}] needs both 'pose' and 'image' (file names), got {entry!r}")
         poses.append(_pose(path.parent / entry["pose"]))

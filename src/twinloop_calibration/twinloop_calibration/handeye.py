@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Sequence
+from typing import Callable, Sequence
 
 import cv2
 import numpy as np
@@ -40,6 +40,9 @@ from twinloop_calibration.degeneracy import (CalibrationError, DegenerateData, D
                                              InconsistentInput, check_precision, check_views)
 from twinloop_calibration.intrinsics import CameraModel, solve_pnp
 from twinloop_calibration.targets import Detection
+
+# progress(stage, done, total): e.g. ("bootstrap", 10, 30); called as each step starts
+Progress = Callable[[str, int, int], None]
 
 HAND_EYE_METHODS = {
     "tsai": cv2.CALIB_HAND_EYE_TSAI,
@@ -453,11 +456,13 @@ def _folds(count: int, k: int, seed: int) -> list[np.ndarray]:
     return [order[f::k] for f in range(k)]
 
 
-def _held_out(setup, views, camera, options, extra_groups, extra_start) -> dict[str, float]:
+def _held_out(setup, views, camera, options, extra_groups, extra_start,
+              progress: Progress = lambda stage, done, total: None) -> dict[str, float]:
     """Held-out reprojection RMS (px) of each candidate estimate over k folds of the views."""
     k = min(options.folds, len(views))
     sums: dict[str, list[float]] = {}
-    for held in _folds(len(views), k, options.seed):
+    for fold, held in enumerate(_folds(len(views), k, options.seed)):
+        progress("held-out folds", fold, k)
         train = [v for i, v in enumerate(views) if i not in set(held)]
         test = [views[i] for i in held]
         try:
@@ -491,10 +496,11 @@ def _outliers(problem: _Problem, noise: NoiseModel, group_index: int = 0) -> lis
 
 
 def calibrate(setup: Setup | str, views: Sequence[View], camera: CameraModel,
-              options: Options = Options()) -> HandEyeResult:
+              options: Options = Options(), *, progress: Progress = lambda stage, done, total: None) -> HandEyeResult:
     """Hand-eye calibration of `views` (see the module docstring for the frames)."""
     setup = Setup(setup)
     views = list(views)
+    progress("fitting", 0, len(views))
     diversity = check_views([v.base_T_gripper for v in views], min_views=options.min_views,
                             min_rotation_spread_deg=options.min_rotation_spread_deg)
     kept = list(range(len(views)))
@@ -512,9 +518,10 @@ def calibrate(setup: Setup | str, views: Sequence[View], camera: CameraModel,
             views_kept = [views[i] for i in kept]
             check_views([v.base_T_gripper for v in views_kept], min_views=options.min_views,
                         min_rotation_spread_deg=options.min_rotation_spread_deg)
+            progress("refitting without outliers", 0, len(views_kept))
             fit = _fit(setup, views_kept, camera, options)
     used = [views[i] for i in kept]
-    return _finish(setup, used, camera, options, fit, rejected, diversity)
+    return _finish(setup, used, camera, options, fit, rejected, diversity, progress)
 
 
 def _choose(held: dict[str, float]) -> str:
@@ -522,8 +529,9 @@ def _choose(held: dict[str, float]) -> str:
     return min(finite, key=finite.get) if finite else "refined_robot_noise"
 
 
-def _finish(setup, used, camera, options, fit: _Fit, rejected, diversity) -> HandEyeResult:
-    held = _held_out(setup, used, camera, options, (), None) if options.folds >= 2 else {}
+def _finish(setup, used, camera, options, fit: _Fit, rejected, diversity,
+            progress: Progress = lambda stage, done, total: None) -> HandEyeResult:
+    held = _held_out(setup, used, camera, options, (), None, progress) if options.folds >= 2 else {}
     chosen = _choose(held)
     covariance, covariance_model = _covariance(fit, chosen)
     transforms = fit.candidates()[chosen]
@@ -542,20 +550,22 @@ def _finish(setup, used, camera, options, fit: _Fit, rejected, diversity) -> Han
     result.extra["unknowns"] = list(fit.pixel.names)
     if options.bootstrap > 0:
         result.bootstrap_covariance = _bootstrap(fit.whitened if chosen == "refined_robot_noise" else fit.pixel,
-                                                 options)
+                                                 options, progress)
     check_precision(result.covariance, max_translation_std_m=options.max_translation_std_m,
                     max_rotation_std_deg=options.max_rotation_std_deg,
                     what=f"{setup.value} calibration from {len(used)} views")
     return result
 
 
-def _bootstrap(problem: _Problem, options: Options) -> np.ndarray:
+def _bootstrap(problem: _Problem, options: Options,
+               progress: Progress = lambda stage, done, total: None) -> np.ndarray:
     """Covariance of X over view resamples (with replacement), the noise model held fixed."""
     rng = np.random.default_rng(options.seed + 1)
     group = problem.groups[0]
     count = len(group.middle)
     deltas = []
-    for _ in range(options.bootstrap):
+    for resample in range(options.bootstrap):
+        progress("bootstrap", resample, options.bootstrap)
         pick = rng.integers(0, count, count)
         sample = _Group(group.camera, group.x, group.b, [group.middle[i] for i in pick],
                         [group.detections[i] for i in pick], group.perturb)
