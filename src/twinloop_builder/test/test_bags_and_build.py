@@ -97,3 +97,34 @@ def test_cli_refuses_a_held_out_bag_as_fit_data(tmp_path, short_session, capsys)
     assert "never fit" in capsys.readouterr().err
     assert main(["build", "--root", str(root), "--fit", str(tmp_path / "missing")]) == 2
     assert "no bag at" in capsys.readouterr().err
+
+
+def test_stages_planned_from_the_data_and_the_cli_prints_overall_progress_and_eta(tmp_path, short_session, capsys):
+    import re
+
+    from twinloop_builder.cli import main
+    from twinloop_builder.identification import planned_stages
+    fit = load_recording(write_bag(short_session, tmp_path / "fit_bag"), expected_split="fit")
+    held = load_recording(write_bag(short_session, tmp_path / "held_bag", split="held_out"))
+    assert planned_stages([fit], [held]) == ("reading", "arm_delay", "arm", "held_out", "writing", "done")
+    assert planned_stages([fit], select=["actuator.panda_joint2"]) == ("reading", "arm", "writing", "done")
+    assert planned_stages([fit], select=["command"]) == ("reading", "arm_delay", "writing", "done")
+
+    root = tmp_path / "twins"
+    build_nominal_twin(root, "emulated")
+    capsys.readouterr()
+    assert main(["build", "--root", str(root), "--fit", fit.path, "--held-out", held.path,
+                 "--select", "actuator.panda_joint2", "command"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    parsed = [re.fullmatch(r"\[\s*([0-9.]+) s\]\s+([0-9.]+) % overall, ETA (--|\d+ s|\d+:\d\d) \|\s+([0-9.]+) % "
+                           r"(\w+): .+", line) for line in lines]
+    assert all(parsed), lines
+    overall = [float(m.group(2)) for m in parsed]
+    stages = [m.group(5) for m in parsed]
+    assert overall == sorted(overall) and overall[0] == 0.0 and overall[-1] == 100.0 > overall[-2]
+    assert stages[0] == "reading" and stages[-1] == "done"
+    assert {"arm_delay", "arm", "held_out", "writing"} <= set(stages)
+    # the arm stages are most of it: the overall figure is past the middle when held_out starts
+    assert overall[stages.index("held_out")] > 80.0
+    etas = [m.group(3) for m in parsed if m.group(5) in ("arm", "held_out")]
+    assert etas and all(eta != "--" for eta in etas)

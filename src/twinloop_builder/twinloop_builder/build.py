@@ -21,7 +21,8 @@ from twinloop_twin.physics import load_physics, physics_from_dict, physics_to_di
 from twinloop_twin.scene import TIMESTEP_S
 
 from twinloop_builder.identification import (IdentificationCancelled, IdentificationError,
-                                             IdentificationResult, IdentificationSettings, identify)
+                                             IdentificationResult, IdentificationSettings, identify,
+                                             planned_stages)
 from twinloop_builder.recording import RecordingError, load_recording
 
 REPORT_FILE = "identification/report.yaml"
@@ -107,8 +108,12 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
                           *, parent_version: int | None = None, select: Sequence[str] = (),
                           settings: IdentificationSettings = IdentificationSettings(),
                           progress: Callable[[str, float, str], None] = lambda *_: None,
+                          plan: Callable[[tuple[str, ...]], None] = lambda stages: None,
                           cancelled: Callable[[], bool] = lambda: False) -> BuildResult:
     """Identify from the fit bags on top of `parent_version` (None: latest) and write the next version.
+
+    `progress(stage, fraction of that stage, message)` as the stages go; `plan(stages)` once
+    the bags are read, with the stages that will run (twinloop_builder.progress weighs them).
 
     Raises RecordingError (bad bags), IdentificationError (data that cannot identify
     anything), IdentificationCancelled, or twinloop_twin.bundle.TwinError; nothing is
@@ -124,6 +129,7 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     progress("reading", 0.0, f"reading {len(fit_bags)} fit and {len(held_out_bags)} held-out bag(s)")
     fit = [load_recording(p, expected_split="fit", min_duration_s=settings.min_duration_s) for p in fit_bags]
     held_out = [load_recording(p, expected_split="held_out", min_duration_s=1.0) for p in held_out_bags]
+    plan(planned_stages(fit, held_out, settings=settings, select=select))
     spec = mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE)))
     prior = parent.parameters.means()
     result = identify(spec, prior, fit, held_out=held_out, settings=settings, select=select,

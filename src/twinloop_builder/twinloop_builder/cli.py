@@ -5,7 +5,8 @@
     twinloop build build --fit BAG [BAG...] --held-out BAG [...] [--workcell emulated] [--root twins]
     twinloop build goal --fit BAG [BAG...] --held-out BAG [...]        # to the running twin_builder
 
-`build` runs here, in this process (no ROS needed), with progress on stderr; `goal` sends
+`build` runs here, in this process (no ROS needed), with progress on stderr (overall
+percentage and the time left at the rate so far, then the stage's own); `goal` sends
 the same build to the running `twin_builder` node's ~/build action (progress on stderr,
 Ctrl-C cancels it and nothing is written; its exit codes also include 3 the builder is not
 running or busy, 4 it failed, 130 cancelled). `excite` sends its targets to
@@ -94,18 +95,20 @@ def main(argv=None) -> int:
 def _build(args) -> int:
     from twinloop_builder.build import build_identified_twin
     from twinloop_builder.identification import IdentificationError, IdentificationSettings
+    from twinloop_builder.progress import BuildProgress
     from twinloop_builder.recording import RecordingError
     from twinloop_twin.bundle import TwinError
 
-    started = time.monotonic()
+    tracker = BuildProgress()
 
     def progress(stage: str, fraction: float, message: str) -> None:
-        print(f"[{time.monotonic() - started:7.1f} s] {fraction * 100:5.1f} % {stage}: {message}", file=sys.stderr,
-              flush=True)
+        overall = tracker.update(stage, fraction)
+        print(f"[{overall.elapsed_s:7.1f} s] {overall.describe()} | {fraction * 100:5.1f} % {stage}: {message}",
+              file=sys.stderr, flush=True)
 
     try:
         built = build_identified_twin(args.root, args.workcell, args.fit, args.held_out, parent_version=args.parent,
-                                      select=args.select, progress=progress,
+                                      select=args.select, progress=progress, plan=tracker.plan,
                                       settings=IdentificationSettings(max_iterations=args.max_iterations))
     except (RecordingError, IdentificationError, TwinError) as error:
         # one line: a twin's list of mismatched files spans several

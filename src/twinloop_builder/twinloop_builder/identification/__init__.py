@@ -57,7 +57,7 @@ Where we extend or wrap mujoco.sysid, and why:
   matrix (which parameter each is confounded with) and from what excites each quantity.
 """
 from twinloop_builder.identification.held_out import predict_positions, score_held_out
-from twinloop_builder.identification.pipeline import identify
+from twinloop_builder.identification.pipeline import identify, planned_stages
 from twinloop_builder.identification.results import (Estimate, HeldOutScore, IdentificationResult, StageFit,
                                                      StageOutcome, StageReport)
 from twinloop_builder.identification.settings import (BOX_PARAMETERS, DELAY, GAIN_QUANTITIES, JOINT_QUANTITIES,
@@ -66,4 +66,5 @@ from twinloop_builder.identification.settings import (BOX_PARAMETERS, DELAY, GAI
 
 __all__ = ["BOX_PARAMETERS", "DELAY", "Estimate", "GAIN_QUANTITIES", "HeldOutScore", "IdentificationCancelled",
            "IdentificationError", "IdentificationResult", "IdentificationSettings", "JOINT_QUANTITIES", "ProgressFn",
-           "StageFit", "StageOutcome", "StageReport", "identify", "predict_positions", "score_held_out"]
+           "StageFit", "StageOutcome", "StageReport", "identify", "planned_stages", "predict_positions",
+           "score_held_out"]

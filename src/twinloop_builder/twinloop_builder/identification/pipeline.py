@@ -11,9 +11,31 @@ from twinloop_builder.identification.held_out import score_held_out
 from twinloop_builder.identification.model import FitVariable, mimic_leaders
 from twinloop_builder.identification.push import identify_box
 from twinloop_builder.identification.results import IdentificationResult, StageOutcome, unidentified
-from twinloop_builder.identification.settings import (BOX_PARAMETERS, IdentificationError, IdentificationSettings,
-                                                      ProgressFn)
+from twinloop_builder.identification.settings import (BOX_PARAMETERS, DELAY, IdentificationError,
+                                                      IdentificationSettings, ProgressFn)
 from twinloop_builder.recording import RecordedMotion
+
+
+def planned_stages(fit: Sequence[RecordedMotion], held_out: Sequence[RecordedMotion] = (), *,
+                   settings: IdentificationSettings = IdentificationSettings(),
+                   select: Sequence[str] = ()) -> tuple[str, ...]:
+    """The stages identify() and the build will run on these recordings, in order (for
+    progress: a stage may still be passed over, e.g. when no arm joint moved)."""
+    data = sort_fit_data(fit, settings)
+
+    def chosen(prefix: str) -> bool:
+        return not select or any(s.startswith(prefix) or prefix.startswith(s) for s in select)
+
+    stages = ["reading"]
+    if data.arm and chosen(DELAY):
+        stages.append("arm_delay")
+    if data.arm and (chosen("joint.") or chosen("actuator.")):
+        stages.append("arm")
+    if data.pushes and any(chosen(name) for name in BOX_PARAMETERS):
+        stages.append("box")
+    if held_out:
+        stages.append("held_out")
+    return (*stages, "writing", "done")
 
 
 def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[RecordedMotion], *,
