@@ -21,8 +21,7 @@ from twinloop_twin.physics import load_physics, physics_from_dict, physics_to_di
 from twinloop_twin.scene import TIMESTEP_S
 
 from twinloop_builder.identification import (IdentificationCancelled, IdentificationError,
-                                             IdentificationResult, IdentificationSettings, identify,
-                                             planned_stages)
+                                             IdentificationResult, IdentificationSettings, identify)
 from twinloop_builder.recording import RecordingError, load_recording
 
 REPORT_FILE = "identification/report.yaml"
@@ -129,11 +128,10 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     progress("reading", 0.0, f"reading {len(fit_bags)} fit and {len(held_out_bags)} held-out bag(s)")
     fit = [load_recording(p, expected_split="fit", min_duration_s=settings.min_duration_s) for p in fit_bags]
     held_out = [load_recording(p, expected_split="held_out", min_duration_s=1.0) for p in held_out_bags]
-    plan(planned_stages(fit, held_out, settings=settings, select=select))
     spec = mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE)))
     prior = parent.parameters.means()
     result = identify(spec, prior, fit, held_out=held_out, settings=settings, select=select,
-                      progress=progress, cancelled=cancelled)
+                      progress=progress, plan=plan, cancelled=cancelled)
     progress("writing", 0.97, "writing the new twin version")
     parameters = identified_parameters(parent.parameters, result)
     parent_physics = load_physics(parent.file_path("inputs/physics.yaml"))

@@ -6,7 +6,7 @@ from typing import Callable, Mapping, Sequence
 import mujoco
 
 from twinloop_builder.identification.arm import arm_variables, identify_arm
-from twinloop_builder.identification.data import check_recordings, sort_fit_data
+from twinloop_builder.identification.data import FitData, check_recordings, sort_fit_data
 from twinloop_builder.identification.held_out import score_held_out
 from twinloop_builder.identification.model import FitVariable, mimic_leaders
 from twinloop_builder.identification.push import identify_box
@@ -21,9 +21,11 @@ def planned_stages(fit: Sequence[RecordedMotion], held_out: Sequence[RecordedMot
                    select: Sequence[str] = ()) -> tuple[str, ...]:
     """The stages identify() and the build will run on these recordings, in order (for
     progress: a stage may still be passed over, e.g. when no arm joint moved)."""
-    data = sort_fit_data(fit, settings)
+    return _stage_plan(sort_fit_data(fit, settings), bool(held_out), select)
 
-    def chosen(prefix: str) -> bool:
+
+def _stage_plan(data: FitData, held_out: bool, select: Sequence[str]) -> tuple[str, ...]:
+    def chosen(prefix: str) -> bool:  # any parameter under `prefix` selected
         return not select or any(s.startswith(prefix) or prefix.startswith(s) for s in select)
 
     stages = ["reading"]
@@ -41,15 +43,18 @@ def planned_stages(fit: Sequence[RecordedMotion], held_out: Sequence[RecordedMot
 def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[RecordedMotion], *,
              held_out: Sequence[RecordedMotion] = (), settings: IdentificationSettings = IdentificationSettings(),
              select: Sequence[str] = (), progress: ProgressFn = lambda *_: None,
+             plan: Callable[[tuple[str, ...]], None] = lambda stages: None,
              cancelled: Callable[[], bool] = lambda: False) -> IdentificationResult:
     """Identify the physics of `spec` (the parent twin's scene) from fit recordings.
 
     `prior`: the parent twin's parameter means (every name of twinloop_twin.nominal's
     physics_parameters). `select`: name prefixes to identify (empty: everything the data
-    can identify); the rest keep the prior.
+    can identify); the rest keep the prior. `plan(stages)` is told once, before the first
+    stage, which stages the recordings call for (planned_stages).
     """
     check_recordings(fit, held_out, settings)
     data = sort_fit_data(fit, settings)
+    plan(_stage_plan(data, bool(held_out), select))
 
     def chosen(name: str) -> bool:
         return not select or any(name.startswith(s) for s in select)
