@@ -106,10 +106,11 @@ def test_target_not_found_is_a_clear_error():
         handeye.calibrate("eye_in_hand", views, data.camera, FAST)
 
 
-def test_time_offset_of_streamed_views():
-    """Images stamped 25 ms late against the joint clock, taken while the arm moves."""
-    true_offset = 0.025
-    data = synthetic.eye_in_hand(views=20, seed=9, robot_translation_std_m=0.0, robot_rotation_std_rad=0.0,
+def _streamed_views(true_offset: float, seed: int = 9):
+    """Views taken while the arm moves through the view poses, their images stamped
+    `true_offset` early against the joint clock: (stamps, detections, joint times,
+    joint values, forward kinematics, camera)."""
+    data = synthetic.eye_in_hand(views=20, seed=seed, robot_translation_std_m=0.0, robot_rotation_std_rad=0.0,
                                  pixel_std=0.3)
     # A trajectory through the view poses: joint values are a 6-vector twist from the first pose.
     first = data.base_T_gripper_true[0]
@@ -134,13 +135,36 @@ def test_time_offset_of_streamed_views():
                                              0.3, rng))
     keep = [i for i, d in enumerate(detections) if d is not None]
     assert len(keep) >= 10
-    stamps = image_times[keep] - true_offset  # the camera clock runs 25 ms behind
-    result = estimate_time_offset("eye_in_hand", stamps, [detections[i] for i in keep], joint_times, trajectory,
-                                  forward, data.camera)
+    stamps = image_times[keep] - true_offset
+    return stamps, [detections[i] for i in keep], joint_times, trajectory, forward, data.camera
+
+
+def test_time_offset_of_streamed_views():
+    """Images stamped 25 ms late against the joint clock, taken while the arm moves."""
+    true_offset = 0.025
+    stamps, detections, joint_times, trajectory, forward, camera = _streamed_views(true_offset)  # camera 25 ms behind
+    result = estimate_time_offset("eye_in_hand", stamps, detections, joint_times, trajectory, forward, camera)
     assert result.observable
     # Tolerance: 2 ms (the reported std is ~0.1 ms at this motion and noise).
     assert result.offset_s == pytest.approx(true_offset, abs=0.002)
     assert result.std_s < 0.002
+
+
+def test_time_offset_with_an_image_at_the_start_of_the_joint_record():
+    # The joint-state record starts within a sample (2 ms) of the first image's true time:
+    # the offsets the search may try stop there, and the probes around the optimum (the
+    # curvature that gives its std) must not look past it (they did: "time -0.000 s is
+    # outside the joint-state record"). The estimate may sit at the record's edge, up to
+    # 1.5 ms from the truth.
+    true_offset = 0.025
+    stamps, detections, joint_times, trajectory, forward, camera = _streamed_views(true_offset)
+    start = joint_times >= stamps[0] + true_offset - 0.0005
+    result = estimate_time_offset("eye_in_hand", stamps, detections, joint_times[start], trajectory[start], forward,
+                                  camera)
+    assert result.observable
+    assert stamps[0] + result.offset_s >= joint_times[start][0]  # every view pairs with a recorded pose
+    assert result.offset_s == pytest.approx(true_offset, abs=0.002)
+    assert 0 < result.std_s < 0.002
 
 
 def test_time_offset_at_rest_is_reported_unobservable():

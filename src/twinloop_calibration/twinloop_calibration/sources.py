@@ -67,14 +67,7 @@ def views_from_bag(path: Path | str, *, camera_name: str, detector: TargetDetect
                           f"{info.k[-1].ravel().tolist()}); record the camera's calibrated camera_info")
     camera = from_camera_info(info.k[-1].ravel(), info.d[-1], info.width, info.height)
     stamps, detections = [], []
-    # Frames within the time-offset search (0.1 s) of either end of the joint-state record
-    # cannot be paired with a pose at every candidate offset: left out (a frame stamped a
-    # hair before the first joint state ended a calibration with "outside the record").
-    first_ns, last_ns = int(joints.stamps_ns[0]), int(joints.stamps_ns[-1])
-    edge_ns = int(0.1e9) if estimate_offset else 0
     for stamp, frame in zip(images.stamps_ns, images.frames):
-        if not first_ns + edge_ns <= int(stamp) <= last_ns - edge_ns:
-            continue
         try:
             detections.append(detector.detect(frame))
             stamps.append(int(stamp))

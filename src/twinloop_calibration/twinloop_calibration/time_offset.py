@@ -61,7 +61,8 @@ def estimate_time_offset(setup: Setup | str, image_stamps_s: Sequence[float], de
         return [View(forward_kinematics(interpolate_positions(joint_times_s, joint_positions, t + offset)), d)
                 for t, d in zip(image_stamps_s, detections)]
 
-    start_views = views_at(0.0 if lo <= 0.0 <= hi else 0.5 * (lo + hi))
+    start = 0.0 if lo <= 0.0 <= hi else 0.5 * (lo + hi)
+    start_views = views_at(start)
     candidates, best = _initial(setup, start_views, camera)
     reference = {"x": candidates[best][0], "b": candidates[best][1]}
 
@@ -73,7 +74,9 @@ def estimate_time_offset(setup: Setup | str, image_stamps_s: Sequence[float], de
 
     # How far do image points move per step of offset? Views at rest say nothing about dt.
     problem = _Problem([_group(setup, start_views, camera)], reference)
-    shifted = _Problem([_group(setup, views_at(min(hi, step_s) if hi > step_s else lo), camera)], reference)
+    # One step on from the start, inside [lo, hi] as every offset tried here.
+    probe = start + step_s if start + step_s <= hi else max(lo, start - step_s)
+    shifted = _Problem([_group(setup, views_at(probe), camera)], reference)
     motion = np.sqrt(np.mean((problem.residuals(np.zeros(12)) - shifted.residuals(np.zeros(12))) ** 2) * 2)
     if motion < min_motion_px * step_s / 0.005:
         return TimeOffsetResult(0.0, float("inf"), False,
@@ -86,8 +89,12 @@ def estimate_time_offset(setup: Setup | str, image_stamps_s: Sequence[float], de
     bracket = (grid[max(0, k - 1)], grid[min(len(grid) - 1, k + 1)])
     found = minimize_scalar(cost, bounds=bracket, method="bounded", options={"xatol": 1e-5})
     offset = float(found.x)
-    h = max(step_s / 5, 1e-4)
-    curvature = (cost(offset + h) - 2 * found.fun + cost(offset - h)) / h ** 2
+    # The curvature's stencil stays inside [lo, hi] like every offset tried: an optimum at
+    # the edge of the joint-state record is differenced from inside it.
+    h = min(max(step_s / 5, 1e-4), (hi - lo) / 2)
+    centre = min(max(offset, lo + h), hi - h)
+    at_centre = found.fun if centre == offset else cost(centre)
+    curvature = (cost(centre + h) - 2 * at_centre + cost(centre - h)) / h ** 2
     residual_count = 2 * sum(len(d) for d in detections)
     sigma2 = found.fun / max(1, residual_count - 12)
     std = math.sqrt(2 * sigma2 / curvature) if curvature > 0 else float("inf")
