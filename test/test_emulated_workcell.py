@@ -181,12 +181,12 @@ def test_reset_service_puts_the_arm_at_the_requested_pose(workcell, description)
         joint_names=["panda_joint1"], joint_positions=[home])).done, 5.0, "reset")
 
 
-def _step_latency_s(tmp_path, truth_file: str, steps: int = 4) -> tuple[float, float]:
-    """Command-to-motion latency and 90 % rise time of 0.2 rad steps on joint 4 (up, down, ...).
-
-    The latency is the least over the steps: the host's scheduling (DDS delivery, the node's
-    callback backlog on a loaded host) only ever adds to it, while the hidden delay is in every
-    step. The rise time is the median.
+def _step_latency_s(tmp_path, truth_file: str, steps: int = 5) -> tuple[float, float]:
+    """Command-to-motion latency and 90 % rise time of 0.2 rad steps on joint 4 (up, down, ...):
+    the medians over the steps. The hidden delay is in every step; the host's scheduling on a
+    loaded host moves single steps either way (DDS delivery and the node's callback backlog
+    add to it; a physics loop catching up after a hold-up stamps states early: one read
+    6.1 ms against 13 ms for the others).
     """
     cell = Workcell(tmp_path, truth_file=truth_file, cameras_enabled=False, seed=5)
     latencies, rises = [], []
@@ -208,7 +208,7 @@ def _step_latency_s(tmp_path, truth_file: str, steps: int = 4) -> tuple[float, f
     finally:
         assert cell.close() == 0
     print(f"{Path(truth_file).name}: latencies {', '.join(f'{x * 1e3:.1f}' for x in latencies)} ms")
-    return min(latencies), float(np.median(rises))
+    return float(np.median(latencies)), float(np.median(rises))
 
 
 def test_second_truth_changes_the_step_response(tmp_path):

@@ -47,6 +47,16 @@ measured position), whatever the time between their arrivals. So
     not read the commands still queued behind it as silence. A silence that has ended by
     the time a late tick runs is not a fault. Whether joint states are stale is that same
     watchdog's verdict (`tick`), which commands, arming and resets go by.
+  - the watchdogs count silence on the monitor's own clock (`MonitorClock`): time during
+    which the monitor itself was held up (its control ticks more than two periods apart:
+    the process was stopped or starved) is not silence of the stream, since nothing
+    arrived that the monitor could have judged. Without it, a monitor held up for 0.5 s
+    with 0.2 s watchdogs faulted a well-formed stream on resumption whenever its first
+    tick ran before the commands queued during the hold-up (test_envelope_monitor.py,
+    `..._stalls_longer_than_its_watchdogs_...`). The price: a sender that dies while the
+    monitor is held up is caught `command_timeout_s` after the monitor runs again, not
+    after it died; the monitor cannot act during its own hold-up in either case. The
+    time held up is counted and published in the diagnostics (`held_up_s`, `hold_ups`).
 
 Limits. A target exactly at a position limit is inside it (within `LIMIT_ROUNDOFF`, so
 that one computed onto the limit passes despite float round-off). A target beyond a limit
@@ -255,6 +265,34 @@ class Decision:
     violation: Violation | None = None
     limited: bool = False  # rate_limit mode changed the targets
     rejected_quietly: str = ""  # refused without a fault (disarmed / faulted)
+
+
+class MonitorClock:
+    """The monitor's own clock: the host's monotonic time less the time the monitor was held up.
+
+    `tick(now)` is called at the start of each control tick; ticks more than
+    `HELD_UP_PERIODS` periods apart mean the monitor did not run (the process was stopped or
+    starved), and that time, beyond one period, is taken off the clock. Every input and
+    watchdog of one monitor reads this clock (see "Command streams" above).
+    """
+    HELD_UP_PERIODS = 2.0
+
+    def __init__(self, period_s: float) -> None:
+        self.period_s = period_s
+        self.held_up_s = 0.0  # total time taken off
+        self.hold_ups = 0
+        self._last_tick: float | None = None
+
+    def tick(self, now: float) -> float:
+        """Monitor time of a tick that starts at host time `now`."""
+        if self._last_tick is not None and now - self._last_tick > self.HELD_UP_PERIODS * self.period_s:
+            self.held_up_s += now - self._last_tick - self.period_s
+            self.hold_ups += 1
+        self._last_tick = now
+        return self.now(now)
+
+    def now(self, now: float) -> float:
+        return now - self.held_up_s
 
 
 @dataclass
