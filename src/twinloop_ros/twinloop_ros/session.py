@@ -7,6 +7,7 @@ import time
 from typing import Any, Callable
 
 import rclpy
+from rclpy.action import ActionClient, ActionServer
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
@@ -45,7 +46,16 @@ class RosSession:
 
     def _spin(self) -> None:
         while not self._stop.is_set() and self.context.ok():
-            self._executor.spin_once(timeout_sec=0.05)
+            try:
+                self._executor.spin_once(timeout_sec=0.05)
+            except AttributeError as error:
+                # rclpy adds an action client or server to the node before its constructor
+                # has set `_lock`; an executor waking in between (this thread, while the
+                # caller's thread creates one) fails on it: 'ActionClient' object has no
+                # attribute '_lock'. The next spin sees the finished object.
+                if error.name == "_lock" and isinstance(error.obj, (ActionClient, ActionServer)):
+                    continue
+                raise
 
     def collect(self, msg_type, topic: str, qos: QoSProfile | int = 10,
                 transform: Callable[[Any], Any] | None = None) -> list:

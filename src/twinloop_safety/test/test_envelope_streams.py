@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twinloop_safety.envelope import Box, EnvelopeMonitor, Fault, MonitorClock, State, build_limits
+from twinloop_safety.envelope import Box, EnvelopeMonitor, Fault, HoldUpGuard, State, build_limits
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.physics import COMMANDED_JOINTS
 from twinloop_twin.workcell import load_workcell
@@ -211,16 +211,18 @@ def _held_up_run(kinematics, workcell, *, sender_alive: bool):
     """A stream at PERIOD_S; the monitor is held up for 0.5 s (5x the watchdog) after 0.2 s;
     on resumption its first tick runs before anything queued during the hold-up (the order
     in which an executor's threads wake is not fixed), then the queued joint states and
-    commands, then ticks again. Host times go through the node's MonitorClock.
+    commands, then ticks again. Ticks go through the node's HoldUpGuard.
     Returns (violations, clock, forwarded count, monitor, end of the hold-up, host time of the fault)."""
     home = dict(workcell.home_joint_positions)
-    monitor, clock = make_monitor(kinematics, home), MonitorClock(TICK_S)
+    monitor, clock = make_monitor(kinematics, home), HoldUpGuard(TICK_S)
     names = list(COMMANDED_JOINTS)
     targets = smooth_stream(home, 400)
     violations, forwarded, host, next_tick, sent, fault_at = [], 0, 0.0, TICK_S, 0, []
 
     def tick(at):
-        violation = monitor.tick(clock.tick(at))
+        if not clock.tick(at):
+            return
+        violation = monitor.tick(at)
         if violation is not None and not fault_at:
             fault_at.append(at)
         violations.append(violation)
@@ -228,8 +230,8 @@ def _held_up_run(kinematics, workcell, *, sender_alive: bool):
     def handle(target, at):
         nonlocal forwarded
         measured = targets[max(0, sent - 1 - LAG_STEPS)]
-        monitor.on_joint_state(names, [measured[j] for j in names], [0.0] * 8, clock.now(at))
-        decision = monitor.check_command(names, [target[j] for j in names], clock.now(at))
+        monitor.on_joint_state(names, [measured[j] for j in names], [0.0] * 8, at)
+        decision = monitor.check_command(names, [target[j] for j in names], at)
         violations.append(decision.violation)
         forwarded += decision.forward is not None
 
@@ -244,6 +246,8 @@ def _held_up_run(kinematics, workcell, *, sender_alive: bool):
     queued = int(0.5 / PERIOD_S) if sender_alive else 0
     host = held_until
     tick(host)  # the first tick after the hold-up, before the queue
+    if not sender_alive:  # the robot's joint states queued all the same
+        monitor.on_joint_state(names, [home[j] for j in names], [0.0] * 8, host + 1e-4)
     for _ in range(queued):  # the backlog, handled at ~0.1 ms each
         host += 1e-4
         handle(targets[sent], host)
@@ -259,7 +263,7 @@ def _held_up_run(kinematics, workcell, *, sender_alive: bool):
             handle(targets[sent], host)
             sent += 1
         else:
-            monitor.on_joint_state(names, [home[j] for j in names], [0.0] * 8, clock.now(host))
+            monitor.on_joint_state(names, [home[j] for j in names], [0.0] * 8, host)
     return [v for v in violations if v is not None], clock, forwarded, monitor, held_until, fault_at
 
 
@@ -271,13 +275,12 @@ def test_a_monitor_held_up_longer_than_its_watchdogs_resumes_the_stream(kinemati
     assert forwarded == int(0.2 / PERIOD_S) + int(0.5 / PERIOD_S) + int(3 * TIMEOUT_S / PERIOD_S)
 
 
-def test_a_sender_that_died_during_the_hold_up_faults_a_watchdog_after_the_monitor_resumed(kinematics, workcell):
+def test_a_sender_that_died_during_the_hold_up_faults_two_periods_after_the_monitor_resumed(kinematics, workcell):
     faults, clock, _, monitor, held_until, fault_at = _held_up_run(kinematics, workcell, sender_alive=False)
     assert [f.fault for f in faults] == [Fault.STALE_COMMAND] and monitor.state is State.FAULT
-    # Silence counted on the monitor's clock: the watchdog's timeout after the hold-up ended
-    # (less the period the last command came before it), to within a tick.
+    # At the first tick that judges after the hold-up: two periods after the monitor resumed.
     assert clock.hold_ups == 1
-    assert held_until + TIMEOUT_S - PERIOD_S - TICK_S <= fault_at[0] <= held_until + TIMEOUT_S + TICK_S
+    assert held_until + HoldUpGuard.GRACE_PERIODS * TICK_S <= fault_at[0] <= held_until + (HoldUpGuard.GRACE_PERIODS + 1) * TICK_S
 
 
 FINGER = "panda_finger_joint1"  # limits [0, 0.04] m, margin 0: home is at the upper limit

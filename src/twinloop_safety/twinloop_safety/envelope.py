@@ -47,15 +47,15 @@ measured position), whatever the time between their arrivals. So
     not read the commands still queued behind it as silence. A silence that has ended by
     the time a late tick runs is not a fault. Whether joint states are stale is that same
     watchdog's verdict (`tick`), which commands, arming and resets go by.
-  - the watchdogs count silence on the monitor's own clock (`MonitorClock`): time during
-    which the monitor itself was held up (its control ticks more than two periods apart:
-    the process was stopped or starved) is not silence of the stream, since nothing
-    arrived that the monitor could have judged. Without it, a monitor held up for 0.5 s
-    with 0.2 s watchdogs faulted a well-formed stream on resumption whenever its first
-    tick ran before the commands queued during the hold-up (test_envelope_monitor.py,
-    `..._stalls_longer_than_its_watchdogs_...`). The price: a sender that dies while the
-    monitor is held up is caught `command_timeout_s` after the monitor runs again, not
-    after it died; the monitor cannot act during its own hold-up in either case. The
+  - a monitor held up itself (its control ticks more than two periods apart: the process
+    was stopped or starved) judges no silence for two periods after it runs again
+    (`HoldUpGuard`): its first tick can run before the commands queued during the hold-up
+    (the executor's threads wake in no fixed order) and read them as silence. Without it,
+    a monitor stopped for 0.5 s with 0.2 s watchdogs faulted a well-formed stream on
+    resumption (test_envelope_monitor.py, `..._stalls_longer_than_its_watchdogs_...`). A
+    sender that died is caught at most those two periods later than before. (Counting the
+    hold-up off the watchdog's clock instead delayed that by the whole hold-up: 337 ms past
+    a 500 ms watchdog in a fresh-clone run.) The
     time held up is counted and published in the diagnostics (`held_up_s`, `hold_ups`).
 
 Limits. A target exactly at a position limit is inside it (within `LIMIT_ROUNDOFF`, so
@@ -267,32 +267,34 @@ class Decision:
     rejected_quietly: str = ""  # refused without a fault (disarmed / faulted)
 
 
-class MonitorClock:
-    """The monitor's own clock: the host's monotonic time less the time the monitor was held up.
+class HoldUpGuard:
+    """Tells the watchdogs whether a control tick may judge silence.
 
-    `tick(now)` is called at the start of each control tick; ticks more than
-    `HELD_UP_PERIODS` periods apart mean the monitor did not run (the process was stopped or
-    starved), and that time, beyond one period, is taken off the clock. Every input and
-    watchdog of one monitor reads this clock (see "Command streams" above).
+    `tick(now)` is called at the start of each control tick with the host's monotonic time.
+    Ticks more than `HELD_UP_PERIODS` periods apart mean the monitor itself did not run (its
+    process was stopped or starved); the ticks of the next `GRACE_PERIODS` periods after such
+    a hold-up do not judge silence: on resumption a tick can run before the events that
+    queued during the hold-up (the executor's threads wake in no fixed order), and it would
+    read them as silence. Ticks after that judge as always (see "Command streams" above).
     """
     HELD_UP_PERIODS = 2.0
+    GRACE_PERIODS = 2.0
 
     def __init__(self, period_s: float) -> None:
         self.period_s = period_s
-        self.held_up_s = 0.0  # total time taken off
+        self.held_up_s = 0.0  # total time the monitor was held up
         self.hold_ups = 0
         self._last_tick: float | None = None
+        self._judge_from = -math.inf
 
-    def tick(self, now: float) -> float:
-        """Monitor time of a tick that starts at host time `now`."""
+    def tick(self, now: float) -> bool:
+        """True when the tick starting at host time `now` may judge silence."""
         if self._last_tick is not None and now - self._last_tick > self.HELD_UP_PERIODS * self.period_s:
             self.held_up_s += now - self._last_tick - self.period_s
             self.hold_ups += 1
+            self._judge_from = now + self.GRACE_PERIODS * self.period_s
         self._last_tick = now
-        return self.now(now)
-
-    def now(self, now: float) -> float:
-        return now - self.held_up_s
+        return now >= self._judge_from
 
 
 @dataclass

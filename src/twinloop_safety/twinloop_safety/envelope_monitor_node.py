@@ -20,7 +20,7 @@ from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 from twinloop_interfaces.srv import ResetFault, SetArmed
 from visualization_msgs.msg import MarkerArray
 
-from twinloop_safety.envelope import (EnvelopeConfigError, EnvelopeMonitor, MonitorClock, State, Violation,
+from twinloop_safety.envelope import (EnvelopeConfigError, EnvelopeMonitor, HoldUpGuard, State, Violation,
                                       boxes_from_flat,
                                       build_limits, limits_summary, tighten_from_twin)
 from twinloop_safety.markers import envelope_markers
@@ -93,7 +93,7 @@ class EnvelopeMonitorNode(Node):
         except (EnvelopeConfigError, TwinError, WorkcellConfigError, ExampleRobotDataMissing) as error:
             raise StartupError(f"envelope configuration: {error}") from error
         self.monitor = EnvelopeMonitor(limits, kinematics)
-        self.clock = MonitorClock(1.0 / p["control_rate_hz"])
+        self.hold_ups = HoldUpGuard(1.0 / p["control_rate_hz"])
         self._arm_on_start = p["armed_on_start"]
 
         self.command_pub = self.create_publisher(JointState, p["joint_command_topic"], COMMANDS)
@@ -117,7 +117,7 @@ class EnvelopeMonitorNode(Node):
 
     # ---------------------------------------------------------------- inputs
     def on_joint_state(self, msg: JointState) -> None:
-        self.monitor.on_joint_state(msg.name, msg.position, msg.velocity, self.clock.now(time.monotonic()))
+        self.monitor.on_joint_state(msg.name, msg.position, msg.velocity, time.monotonic())
         if self._arm_on_start:
             self._arm_on_start = False
             self.monitor.arm()
@@ -125,10 +125,10 @@ class EnvelopeMonitorNode(Node):
 
     def on_wrench(self, msg: WrenchStamped) -> None:
         f = msg.wrench.force
-        self._react(self.monitor.on_force((f.x, f.y, f.z), self.clock.now(time.monotonic())))
+        self._react(self.monitor.on_force((f.x, f.y, f.z), time.monotonic()))
 
     def on_command(self, msg: JointState) -> None:
-        decision = self.monitor.check_command(msg.name, msg.position, self.clock.now(time.monotonic()))
+        decision = self.monitor.check_command(msg.name, msg.position, time.monotonic())
         if decision.forward is not None:
             out = JointState(header=msg.header, name=decision.names, position=decision.forward)
             self.command_pub.publish(out)
@@ -140,12 +140,12 @@ class EnvelopeMonitorNode(Node):
     def on_tick(self, info: TimerInfo) -> None:
         # Judged as of when the tick was due: the executor handles events in arrival order,
         # so every message that arrived before then has been handled; a tick that runs late
-        # must not read the messages still queued behind it as silence. Time the monitor was
-        # held up does not count as silence at all (MonitorClock).
+        # must not read the messages still queued behind it as silence. Right after the
+        # monitor itself was held up, no tick judges (HoldUpGuard).
+        now = time.monotonic()
+        if not self.hold_ups.tick(now):
+            return
         late_s = max(0.0, (info.actual_call_time - info.expected_call_time).nanoseconds * 1e-9)
-        held_up_before = self.clock.held_up_s
-        now = self.clock.tick(time.monotonic())
-        late_s = max(0.0, late_s - (self.clock.held_up_s - held_up_before))  # not taken off twice
         self._react(self.monitor.tick(now - late_s))
 
     def _react(self, violation: Violation | None) -> None:
@@ -184,8 +184,8 @@ class EnvelopeMonitorNode(Node):
                                   message=m.state.name.lower() + (f": {m.fault.fault.name}: {m.fault.reason}" if m.fault else ""),
                                   hardware_id="envelope_monitor")
         values = {"commands_forwarded": str(m.commands_forwarded), "commands_rejected": str(m.commands_rejected),
-                  "commands_limited": str(m.commands_limited), "held_up_s": f"{self.clock.held_up_s:.3f}",
-                  "hold_ups": str(self.clock.hold_ups), **limits_summary(m.limits)}
+                  "commands_limited": str(m.commands_limited), "held_up_s": f"{self.hold_ups.held_up_s:.3f}",
+                  "hold_ups": str(self.hold_ups.hold_ups), **limits_summary(m.limits)}
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
