@@ -47,15 +47,17 @@ measured position), whatever the time between their arrivals. So
     not read the commands still queued behind it as silence. A silence that has ended by
     the time a late tick runs is not a fault. Whether joint states are stale is that same
     watchdog's verdict (`tick`), which commands, arming and resets go by.
-  - a monitor held up itself (its control ticks more than two periods apart: the process
-    was stopped or starved) judges no silence for two periods after it runs again
-    (`HoldUpGuard`): its first tick can run before the commands queued during the hold-up
-    (the executor's threads wake in no fixed order) and read them as silence. Without it,
-    a monitor stopped for 0.5 s with 0.2 s watchdogs faulted a well-formed stream on
-    resumption (test_envelope_monitor.py, `..._stalls_longer_than_its_watchdogs_...`). A
-    sender that died is caught at most those two periods later than before. (Counting the
-    hold-up off the watchdog's clock instead delayed that by the whole hold-up: 337 ms past
-    a 500 ms watchdog in a fresh-clone run.) The
+  - a monitor held up itself (a control tick more than half the shortest watchdog timeout
+    after the previous one: the process was stopped or starved) does not judge silence at
+    that first tick (`HoldUpGuard`): it can run before the commands queued during the
+    hold-up (the executor's threads wake in no fixed order) and read them as silence.
+    Without it, a monitor stopped for 0.5 s with 0.2 s watchdogs faulted a well-formed
+    stream on resumption (test_envelope_monitor.py, `..._stalls_longer_than_its_watchdogs_...`).
+    The next tick judges whatever came before (two ticks never skip in a row), so a dead
+    sender is caught at most one tick later than before. (Counting the hold-up off the
+    watchdog's clock delayed that by the whole hold-up, 337 ms past a 500 ms watchdog; a
+    grace period after every tick more than two periods late silenced the watchdogs of a
+    monitor running late all the time: both seen in fresh-clone runs.) The
     time held up is counted and published in the diagnostics (`held_up_s`, `hold_ups`).
 
 Limits. A target exactly at a position limit is inside it (within `LIMIT_ROUNDOFF`, so
@@ -271,30 +273,33 @@ class HoldUpGuard:
     """Tells the watchdogs whether a control tick may judge silence.
 
     `tick(now)` is called at the start of each control tick with the host's monotonic time.
-    Ticks more than `HELD_UP_PERIODS` periods apart mean the monitor itself did not run (its
-    process was stopped or starved); the ticks of the next `GRACE_PERIODS` periods after such
-    a hold-up do not judge silence: on resumption a tick can run before the events that
-    queued during the hold-up (the executor's threads wake in no fixed order), and it would
-    read them as silence. Ticks after that judge as always (see "Command streams" above).
+    A tick that comes more than `hold_up_s` after the previous one (the monitor itself did
+    not run: its process was stopped or starved; half the shortest watchdog timeout, at
+    least two periods) does not judge silence: on resumption it can run before the events
+    that queued during the hold-up (the executor's threads wake in no fixed order), and it
+    would read them as silence. The tick after it judges, whatever came before: two ticks
+    in a row never skip, so a monitor that runs late all the time still judges every other
+    tick (see "Command streams" above).
     """
-    HELD_UP_PERIODS = 2.0
-    GRACE_PERIODS = 2.0
 
-    def __init__(self, period_s: float) -> None:
+    def __init__(self, period_s: float, shortest_timeout_s: float) -> None:
         self.period_s = period_s
+        self.hold_up_s = max(2.0 * period_s, 0.5 * shortest_timeout_s)
         self.held_up_s = 0.0  # total time the monitor was held up
         self.hold_ups = 0
         self._last_tick: float | None = None
-        self._judge_from = -math.inf
+        self._skipped_last = False
 
     def tick(self, now: float) -> bool:
         """True when the tick starting at host time `now` may judge silence."""
-        if self._last_tick is not None and now - self._last_tick > self.HELD_UP_PERIODS * self.period_s:
+        held_up = self._last_tick is not None and now - self._last_tick > self.hold_up_s
+        if held_up:
             self.held_up_s += now - self._last_tick - self.period_s
             self.hold_ups += 1
-            self._judge_from = now + self.GRACE_PERIODS * self.period_s
         self._last_tick = now
-        return now >= self._judge_from
+        skip = held_up and not self._skipped_last
+        self._skipped_last = skip
+        return not skip
 
 
 @dataclass

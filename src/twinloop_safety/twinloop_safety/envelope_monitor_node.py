@@ -93,7 +93,8 @@ class EnvelopeMonitorNode(Node):
         except (EnvelopeConfigError, TwinError, WorkcellConfigError, ExampleRobotDataMissing) as error:
             raise StartupError(f"envelope configuration: {error}") from error
         self.monitor = EnvelopeMonitor(limits, kinematics)
-        self.hold_ups = HoldUpGuard(1.0 / p["control_rate_hz"])
+        self.hold_ups = HoldUpGuard(1.0 / p["control_rate_hz"],
+                                    min(limits.command_timeout_s, limits.joint_state_timeout_s))
         self._arm_on_start = p["armed_on_start"]
 
         self.command_pub = self.create_publisher(JointState, p["joint_command_topic"], COMMANDS)
