@@ -364,21 +364,26 @@ def test_a_monitor_that_stalls_longer_than_its_watchdogs_resumes_the_stream(tmp_
     # monitor handles the 125 queued commands late; the stream goes on without a fault.
     # (It faulted here: a command handled after the hold-up, before the joint states queued
     # with it, read the joint states as stale; and 100-deep command topics lost steps.)
-    # The scenario needs the sender to keep sending while the monitor is stopped; when the
-    # host held the sender up too (the sender is a thread of this test), the scenario did
-    # not happen and it is played again, up to three times.
+    # The scenario needs the sender to keep sending while the monitor is stopped, and the
+    # queued commands to reach the monitor when it resumes; when the host held the sender up
+    # too (the sender is a thread of this test), or the monitor's watchdog judged before any
+    # queued command was delivered, the scenario did not happen and it is played again, up
+    # to three times.
     for attempt in range(3):
         sent_during_stop = _stall_the_monitor_mid_stream(tmp_path / f"attempt{attempt}")
         if sent_during_stop > 100:
             return
-        print(f"attempt {attempt}: the sender sent {sent_during_stop} of 125 commands while the monitor was "
-              "stopped (the host held it up too); playing the scenario again")
-    pytest.fail("the sender never kept sending while the monitor was stopped (3 attempts): the scenario did not happen")
+        if sent_during_stop >= 0:
+            print(f"attempt {attempt}: the sender sent {sent_during_stop} of 125 commands while the monitor was "
+                  "stopped (the host held it up too); playing the scenario again")
+    pytest.fail("in 3 attempts the sender never kept sending while the monitor was stopped, or the monitor never "
+                "got the queued commands: the scenario did not happen")
 
 
 def _stall_the_monitor_mid_stream(work) -> int:
     """Stop the monitor 0.5 s mid-stream; assert the stream went on without a fault and
-    return how many commands the sender sent while the monitor was stopped."""
+    return how many commands the sender sent while the monitor was stopped (-1: none of
+    them reached the monitor before its watchdog judged)."""
     work.mkdir(parents=True)
     stalled = EnvelopeCell(work, {"command_timeout_s": 0.2, "joint_state_timeout_s": 0.2})
     try:
@@ -399,6 +404,15 @@ def _stall_the_monitor_mid_stream(work) -> int:
         ramp.stop_sending.set()
         ramp.join()
         status = stalled.latest_status()
+        sent_before_stop = sum(t < stopped_at for t in ramp.sent_real)
+        if (status.fault == EnvelopeStatus.FAULT_STALE_COMMAND
+                and status.commands_forwarded - armed.commands_forwarded <= sent_before_stop):
+            # Not one of the commands sent during the stop reached the monitor before its
+            # watchdog judged, 0.5 s and more after it resumed (seen in 2 of 4 full-suite
+            # runs on a loaded host; never alone): the transport had not delivered them, so
+            # the scenario (a monitor resuming with its queue) did not happen.
+            print(f"the monitor got none of the queued commands before its watchdog: {status.reason}")
+            return -1
         assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
         # Everything sent before the disarm request was forwarded (it queued behind them).
         assert status.commands_forwarded - armed.commands_forwarded >= sent_by, (status, sent_by)
