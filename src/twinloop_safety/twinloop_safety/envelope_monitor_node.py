@@ -21,8 +21,7 @@ from twinloop_interfaces.srv import ResetFault, SetArmed
 from visualization_msgs.msg import MarkerArray
 
 from twinloop_safety.envelope import (EnvelopeConfigError, EnvelopeMonitor, HoldUpGuard, State, Violation,
-                                      boxes_from_flat,
-                                      build_limits, limits_summary, tighten_from_twin)
+                                      boxes_from_flat, build_limits, limits_summary, tighten_from_twin)
 from twinloop_safety.markers import envelope_markers
 from twinloop_ros.node import StartupError, declare, make_executor, run_node
 from twinloop_twin.bundle import TwinError, load_twin
@@ -141,8 +140,8 @@ class EnvelopeMonitorNode(Node):
     def on_tick(self, info: TimerInfo) -> None:
         # Judged as of when the tick was due: the executor handles events in arrival order,
         # so every message that arrived before then has been handled; a tick that runs late
-        # must not read the messages still queued behind it as silence. Right after the
-        # monitor itself was held up, no tick judges (HoldUpGuard).
+        # must not read the messages still queued behind it as silence. The first tick after
+        # the monitor itself was held up does not judge (HoldUpGuard).
         now = time.monotonic()
         if not self.hold_ups.tick(now):
             return
