@@ -17,7 +17,7 @@ from twinloop_calibration.handeye import View
 from twinloop_calibration.intrinsics import CameraModel, from_camera_info
 from twinloop_calibration.pose_planner import PlannerLimits
 from twinloop_calibration.targets import TargetDetector, TargetNotFound
-from twinloop_calibration.time_offset import TimeOffsetResult, estimate_time_offset, shift_views
+from twinloop_calibration.time_offset import SEARCH_S, TimeOffsetResult, estimate_time_offset, shift_views
 
 
 class SourceError(CalibrationError):
@@ -66,8 +66,16 @@ def views_from_bag(path: Path | str, *, camera_name: str, detector: TargetDetect
         raise SourceError(f"/{camera_name}/color/camera_info in {path} has no usable intrinsics (K = "
                           f"{info.k[-1].ravel().tolist()}); record the camera's calibrated camera_info")
     camera = from_camera_info(info.k[-1].ravel(), info.d[-1], info.width, info.height)
+    # A frame is paired with the robot's pose at its stamp + an offset searched over
+    # +-SEARCH_S: frames stamped closer than that to either end of the joint-state record
+    # (a recording's first camera frames can come before its first joint state: 0.12 s in
+    # one) cannot be, and are left out (the arm is at rest there).
+    first, last = int(joints.stamps_ns[0]), int(joints.stamps_ns[-1])
+    margin_ns = int(SEARCH_S * 1e9) if estimate_offset else 0
     stamps, detections = [], []
     for stamp, frame in zip(images.stamps_ns, images.frames):
+        if not first + margin_ns <= stamp <= last - margin_ns:
+            continue
         try:
             detections.append(detector.detect(frame))
             stamps.append(int(stamp))

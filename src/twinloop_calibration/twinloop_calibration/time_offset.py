@@ -21,6 +21,9 @@ from twinloop_calibration.intrinsics import CameraModel
 from twinloop_calibration.targets import Detection
 
 
+SEARCH_S = 0.1  # s: the offsets tried lie in [-SEARCH_S, SEARCH_S]
+
+
 @dataclass(frozen=True)
 class TimeOffsetResult:
     offset_s: float  # add to the image stamps to get the joint-state time of the image
@@ -42,7 +45,7 @@ def interpolate_positions(times_s: np.ndarray, positions: np.ndarray, at_s: floa
 def estimate_time_offset(setup: Setup | str, image_stamps_s: Sequence[float], detections: Sequence[Detection],
                          joint_times_s: np.ndarray, joint_positions: np.ndarray,
                          forward_kinematics: Callable[[np.ndarray], np.ndarray], camera: CameraModel, *,
-                         search_s: float = 0.1, step_s: float = 0.005,
+                         search_s: float = SEARCH_S, step_s: float = 0.005,
                          min_motion_px: float = 0.2) -> TimeOffsetResult:
     """forward_kinematics(joint positions) -> base_T_gripper."""
     setup = Setup(setup)
