@@ -240,11 +240,16 @@ def _sender_held_up(step: Step, faults: list[str], work: Path) -> str:
     if not step.command.startswith("twinloop build excite") or not limit or not bag:
         return ""
     from twinloop_logging.bag_reader import BagError, open_bag
-    try:
-        with open_bag(work / bag.group(1)) as reader:
-            stamps = np.sort([m.msg.header.stamp.sec + m.msg.header.stamp.nanosec * 1e-9
-                              for m in reader.messages(["/twinloop/builder/command"])])
-    except BagError:
+    stamps = None
+    for _ in range(20):  # the recorder may still be closing the bag the command just ended
+        try:
+            with open_bag(work / bag.group(1)) as reader:
+                stamps = np.sort([m.msg.header.stamp.sec + m.msg.header.stamp.nanosec * 1e-9
+                                  for m in reader.messages(["/twinloop/builder/command"])])
+            break
+        except BagError:
+            time.sleep(0.5)
+    if stamps is None:
         return ""
     gap_s = float(np.diff(stamps).max()) if len(stamps) > 1 else 0.0
     if gap_s * 1e3 <= int(limit.group(1)):
