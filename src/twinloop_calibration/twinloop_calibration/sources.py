@@ -72,17 +72,17 @@ def views_from_bag(path: Path | str, *, camera_name: str, detector: TargetDetect
     # one) cannot be, and are left out (the arm is at rest there).
     first, last = int(joints.stamps_ns[0]), int(joints.stamps_ns[-1])
     margin_ns = int(SEARCH_S * 1e9) if estimate_offset else 0
+    framed = [(stamp, frame) for stamp, frame in zip(images.stamps_ns, images.frames)
+              if first + margin_ns <= stamp <= last - margin_ns]
     stamps, detections = [], []
-    for stamp, frame in zip(images.stamps_ns, images.frames):
-        if not first + margin_ns <= stamp <= last - margin_ns:
-            continue
+    for stamp, frame in framed:
         try:
             detections.append(detector.detect(frame))
             stamps.append(int(stamp))
         except TargetNotFound:
             continue
     if len(detections) < 3:
-        raise DegenerateData(f"the target was found in {len(detections)} of {len(images.stamps_ns)} images of "
+        raise DegenerateData(f"the target was found in {len(detections)} of {len(framed)} images of "
                              f"/{camera_name}/color/image_raw in {path}; record with the target in view")
     times = (joints.stamps_ns - joints.stamps_ns[0]) * 1e-9
     t0 = joints.stamps_ns[0]
@@ -96,7 +96,7 @@ def views_from_bag(path: Path | str, *, camera_name: str, detector: TargetDetect
                                       forward_kinematics, camera)
         if offset.observable:
             views = shift_views(views, offset.offset_s, times, joints.position, forward_kinematics)
-    return BagViews(views, camera, len(images.stamps_ns), len(images.stamps_ns) - len(detections), offset)
+    return BagViews(views, camera, len(images.stamps_ns), len(framed) - len(detections), offset)
 
 
 def planner_limits_from_envelope(path: Path | str, base: PlannerLimits) -> PlannerLimits:

@@ -92,8 +92,8 @@ class EnvelopeMonitorNode(Node):
         except (EnvelopeConfigError, TwinError, WorkcellConfigError, ExampleRobotDataMissing) as error:
             raise StartupError(f"envelope configuration: {error}") from error
         self.monitor = EnvelopeMonitor(limits, kinematics)
-        self.hold_ups = HoldUpGuard(1.0 / p["control_rate_hz"],
-                                    min(limits.command_timeout_s, limits.joint_state_timeout_s))
+        self.hold_up_guard = HoldUpGuard(1.0 / p["control_rate_hz"],
+                                         min(limits.command_timeout_s, limits.joint_state_timeout_s))
         self._arm_on_start = p["armed_on_start"]
 
         self.command_pub = self.create_publisher(JointState, p["joint_command_topic"], COMMANDS)
@@ -143,7 +143,7 @@ class EnvelopeMonitorNode(Node):
         # must not read the messages still queued behind it as silence. The first tick after
         # the monitor itself was held up does not judge (HoldUpGuard).
         now = time.monotonic()
-        if not self.hold_ups.tick(now):
+        if not self.hold_up_guard.tick(now):
             return
         late_s = max(0.0, (info.actual_call_time - info.expected_call_time).nanoseconds * 1e-9)
         self._react(self.monitor.tick(now - late_s))
@@ -184,8 +184,8 @@ class EnvelopeMonitorNode(Node):
                                   message=m.state.name.lower() + (f": {m.fault.fault.name}: {m.fault.reason}" if m.fault else ""),
                                   hardware_id="envelope_monitor")
         values = {"commands_forwarded": str(m.commands_forwarded), "commands_rejected": str(m.commands_rejected),
-                  "commands_limited": str(m.commands_limited), "held_up_s": f"{self.hold_ups.held_up_s:.3f}",
-                  "hold_ups": str(self.hold_ups.hold_ups), **limits_summary(m.limits)}
+                  "commands_limited": str(m.commands_limited), "held_up_s": f"{self.hold_up_guard.held_up_s:.3f}",
+                  "hold_ups": str(self.hold_up_guard.hold_ups), **limits_summary(m.limits)}
         status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
