@@ -3,6 +3,7 @@ and the degenerate sets that must be refused with a clear error."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from scipy.stats import chi2
 
 from twinloop_calibration import handeye, se3, synthetic
 from twinloop_calibration.degeneracy import DegenerateData, InconsistentInput
-from twinloop_calibration.targets import TargetNotFound
+from twinloop_calibration.targets import Detection, TargetNotFound
 from twinloop_calibration.time_offset import estimate_time_offset
 
 FAST = handeye.Options(folds=0, reject_outliers=False)
@@ -69,9 +70,63 @@ def test_bad_view_is_flagged_and_rejected():
     views = list(data.views)
     bad = views[4]
     views[4] = handeye.View(se3.twist(bad.base_T_gripper, np.array([0.02, 0, 0, 0, 0.05, 0])), bad.detection)
+    views[4] = handeye.View(views[4].base_T_gripper, views[4].detection, label="images/0004.png")
     result = handeye.calibrate("eye_in_hand", views, data.camera, handeye.Options(folds=0))
     assert result.rejected_views == [4]
     assert se3.errors(result.transform, data.x_true)[0] < 3e-3
+    # Named by its image, with its residual and the test that rejected it (Bonferroni over the views).
+    (outlier,) = result.outliers
+    assert outlier.label == "images/0004.png" and outlier.rms_px > 3.0
+    assert outlier.statistic > outlier.threshold and "chi-square" in outlier.test
+    assert "images/0004.png" in outlier.describe()
+
+
+def _scaled(data, factor: float) -> list:
+    """The views as a target `factor` times larger than described would give them."""
+    return [handeye.View(v.base_T_gripper, Detection(v.detection.ids, v.detection.object_points / factor,
+                                                     v.detection.image_points), label=v.label) for v in data.views]
+
+
+@pytest.mark.parametrize("seed", [201, 202, 203])
+def test_a_target_printed_5_percent_large_is_found_and_corrected(seed):
+    # 28 views (a typical real set), 0.5 px, 0.5 mm / 0.05 deg robot noise; the target's
+    # squares are 5 % larger than its description says (a printer's scaling).
+    data = synthetic.eye_in_hand(views=28, seed=seed)
+    views = _scaled(data, 1.05)
+    options = handeye.Options(folds=0, max_translation_std_m=1.0, max_rotation_std_deg=90.0)
+    plain = handeye.calibrate("eye_in_hand", views, data.camera, options)
+    check = plain.scale_check
+    print(f"seed {seed}: scale {check.scale:.4f} +- {check.std:.4f}, p {check.p_value:.2g}")
+    assert check.anomalous and check.p_value < handeye.SCALE_TEST_P
+    assert check.scale == pytest.approx(1.05, abs=0.005)  # found within 0.5 %
+    assert check.std < 0.004
+    assert "measures 42.00" in check.describe(0.04) or "not 40.00 mm" in check.describe(0.04)
+    assert "focal length" in check.describe(0.04) and not check.applied
+    corrected = handeye.calibrate("eye_in_hand", views, data.camera, replace(options, correct_scale=True))
+    assert corrected.method.endswith("_scale_corrected") and corrected.scale_check.applied
+    # The corrected solution is as good as the calibration of a correctly described target:
+    # it does not trade rotation for translation.
+    truth_t, truth_r = se3.errors(corrected.transform, data.x_true)
+    plain_t, plain_r = se3.errors(plain.transform, data.x_true)
+    best_opencv_r = min(se3.errors(x, data.x_true)[1] for x in corrected.opencv.values())
+    print(f"  uncorrected {plain_t * 1e3:.2f} mm {math.degrees(plain_r):.3f} deg; corrected {truth_t * 1e3:.2f} mm "
+          f"{math.degrees(truth_r):.3f} deg; best OpenCV rotation {math.degrees(best_opencv_r):.3f} deg")
+    assert truth_t < 2e-3 and math.degrees(truth_r) < 0.2
+    assert truth_r <= 1.1 * best_opencv_r + math.radians(0.02)
+    assert truth_t < plain_t
+
+
+def test_no_scale_alarm_on_correctly_described_targets():
+    # False alarm rate over 20 seeds at the test's p = 1e-3: expected 0.02 alarms; the std
+    # must match the scatter of the estimates (z-scores with a standard deviation near 1).
+    z = []
+    for seed in range(20):
+        data = synthetic.eye_in_hand(views=15, seed=100 + seed)
+        check = handeye.calibrate("eye_in_hand", data.views, data.camera, FAST).scale_check
+        assert not check.anomalous, (seed, check.describe())
+        z.append((check.scale - 1.0) / check.std)
+    print(f"scale z-scores: mean {np.mean(z):+.2f}, std {np.std(z):.2f}")
+    assert 0.5 < np.std(z) < 1.5 and abs(np.mean(z)) < 0.8
 
 
 def test_rotations_about_one_axis_are_refused():

@@ -51,6 +51,8 @@ def calibration_document(result: HandEyeResult, *, camera_name: str, parent_fram
         "held_out_rms_px_by_candidate": {k: round(float(v), 4) for k, v in result.held_out_rms_px_by_candidate.items()},
         "views_used": int(result.views_used),
         "views_rejected": [int(v) for v in result.rejected_views],
+        "outliers": [{"view": o.label or str(o.index), "rms_px": round(o.rms_px, 4), "test": o.test,
+                      "statistic": round(o.statistic, 3), "threshold": round(o.threshold, 3)} for o in result.outliers],
         "noise_model": {"pixel_std_px": float(result.noise.pixel_std_px),
                         "robot_translation_std_mm": float(result.noise.robot_translation_std_m * 1e3),
                         "robot_rotation_std_deg": float(math.degrees(result.noise.robot_rotation_std_rad)),
@@ -63,6 +65,11 @@ def calibration_document(result: HandEyeResult, *, camera_name: str, parent_fram
                        else float(camera.reprojection_rms_px)},
         "source": source,
     }
+    if result.scale_check is not None:
+        check = result.scale_check
+        document["target_scale"] = {"scale": round(check.scale, 6), "std": round(check.std, 6),
+                                    "p_value": float(f"{check.p_value:.3g}"), "anomalous": bool(check.anomalous),
+                                    "corrected": bool(check.applied)}
     if result.bootstrap_ratio is not None:
         document["bootstrap_std_ratio"] = {"translation": round(float(result.bootstrap_ratio[0]), 3),
                                            "rotation": round(float(result.bootstrap_ratio[1]), 3)}
@@ -96,7 +103,9 @@ def load_calibration(path: Path | str) -> tuple[np.ndarray, dict[str, Any]]:
 
 
 def report(result: HandEyeResult, *, title: str = "hand-eye calibration",
-           time_offset: TimeOffsetResult | None = None) -> str:
+           time_offset: TimeOffsetResult | None = None, target_spacing_m: float | None = None) -> str:
+    """The result for a person; `target_spacing_m` (the target's square or dot spacing) puts
+    the scale check in millimetres."""
     translation, quaternion = se3.to_xyz_quat(result.transform)
     std_t, std_r = result.std
     what = "gripper_T_camera" if result.setup == Setup.EYE_IN_HAND else "base_T_camera"
@@ -108,10 +117,14 @@ def report(result: HandEyeResult, *, title: str = "hand-eye calibration",
         f"(covariance: {result.extra.get('covariance_model', '?')})",
         f"  reprojection RMS {result.reprojection_rms_px:.3f} px; held-out RMS {result.held_out_rms_px:.3f} px",
         "  held-out by candidate: " + ", ".join(f"{k} {v:.3f} px" for k, v in result.held_out_rms_px_by_candidate.items()),
-        f"  views used {result.views_used}, rejected {list(result.rejected_views)}",
+        f"  views used {result.views_used}, rejected {len(result.outliers)}"
+        + "".join(f"\n    rejected {o.describe()}" for o in result.outliers),
         f"  noise model: {result.noise.describe()}",
         f"  view diversity: {result.diversity.describe()}",
     ]
+    if result.scale_check is not None:
+        lines.append(("  WARNING: " if result.scale_check.anomalous else "  ")
+                     + result.scale_check.describe(target_spacing_m))
     if result.bootstrap_ratio is not None:
         lines.append(f"  analytic / bootstrap std: translation {result.bootstrap_ratio[0]:.2f}, "
                      f"rotation {result.bootstrap_ratio[1]:.2f}")

@@ -20,6 +20,7 @@ from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.action import Calibrate
 from twinloop_interfaces.msg import ErrorCode
 
+from twinloop_calibration import handeye
 from twinloop_calibration.degeneracy import CalibrationError
 from twinloop_calibration.live import Frame, JointBuffer, LiveSettings, TargetStream, calibration_error, stream_targets
 from twinloop_calibration.targets import TargetDetector, load_targets
@@ -61,8 +62,8 @@ class CalibrationServer(Node):
             "move_timeout_s": (8.0, "s, a pose not settled by then is skipped"),
             "folds": (5, "k of the k-fold held-out residual"),
             "bootstrap": (20, "bootstrap resamples checking the covariance (0: none)"),
-            "max_translation_std_m": (0.01, "m, refuse results less certain than this (1 sigma)"),
-            "max_rotation_std_deg": (1.0, "deg, refuse results less certain than this (1 sigma)"),
+            "max_translation_std_m": (handeye.MAX_TRANSLATION_STD_M, "m, refuse results less certain than this (1 sigma)"),
+            "max_rotation_std_deg": (handeye.MAX_ROTATION_STD_DEG, "deg, refuse results less certain than this (1 sigma)"),
             "planner_distance_m": ([0.30, 0.50], "m, camera-to-target distance range of planned views"),
             "planner_max_tilt_deg": (30.0, "deg, largest view angle from the target normal"),
             "seed": (0, "seed of the planner and of the k-fold split"),

@@ -41,8 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default="", help="target name in config/calibration_targets.yaml (bags)")
     parser.add_argument("--gripper-frame", default="panda_hand")
     parser.add_argument("--bootstrap", type=int, default=30, help="bootstrap resamples (0: none)")
-    parser.add_argument("--max-translation-std-m", type=float, default=0.01)
-    parser.add_argument("--max-rotation-std-deg", type=float, default=1.0)
+    parser.add_argument("--max-translation-std-m", type=float, default=handeye.MAX_TRANSLATION_STD_M,
+                        help="refuse a result less certain than this, 1 sigma (default %(default)s m)")
+    parser.add_argument("--max-rotation-std-deg", type=float, default=handeye.MAX_ROTATION_STD_DEG,
+                        help="(default %(default)s deg)")
+    parser.add_argument("--correct-scale", action="store_true",
+                        help="when the robot's motion shows the target's scale (or the focal length) is off, "
+                             "return the solution with the scale corrected, reported as such")
     parser.add_argument("--output", help="write the calibration YAML here")
     args = parser.parse_args(argv)
     if args.live:
@@ -54,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"twinloop calibrate: error: {problem}", file=sys.stderr)
         return 2
     options = handeye.Options(bootstrap=args.bootstrap, max_translation_std_m=args.max_translation_std_m,
-                              max_rotation_std_deg=args.max_rotation_std_deg)
-    offset = None
+                              max_rotation_std_deg=args.max_rotation_std_deg, correct_scale=args.correct_scale)
+    offset, spacing = None, None
     progress = _Progress()
     try:
         if args.dataset:
@@ -63,15 +68,15 @@ def main(argv: list[str] | None = None) -> int:
             data = load_industrial_calibration(args.dataset, progress=progress)
             if data.not_found:
                 print(f"target not found in {data.not_found}", file=sys.stderr)
-            views, camera = data.views, data.camera
+            views, camera, spacing = data.views, data.camera, data.target.spacing_m
         else:
-            views, camera, offset = _bag(args)
+            views, camera, offset, spacing = _bag(args)
         progress.views = len(views)
         result = handeye.calibrate(args.setup, views, camera, options, progress=progress)
     except (CalibrationError, TargetConfigError, WorkcellConfigError, OSError) as error:
         print(f"twinloop calibrate: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    print(calibration_io.report(result, time_offset=offset))
+    print(calibration_io.report(result, time_offset=offset, target_spacing_m=spacing))
     if args.output:
         document = calibration_io.calibration_document(
             result, camera_name=args.camera, parent_frame=args.gripper_frame if args.setup == "eye_in_hand" else "world",
@@ -126,9 +131,10 @@ def _bag(args):
     def forward(q):
         return kinematics.world_T_link(args.gripper_frame, dict(zip(ARM_JOINTS, q)))
 
-    bag = views_from_bag(args.bag, camera_name=args.camera, detector=TargetDetector(targets[args.target or default]),
+    target = targets[args.target or default]
+    bag = views_from_bag(args.bag, camera_name=args.camera, detector=TargetDetector(target),
                          joint_names=list(ARM_JOINTS), forward_kinematics=forward, setup=args.setup)
-    return bag.views, bag.camera, bag.time_offset
+    return bag.views, bag.camera, bag.time_offset, target.spacing_m
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import cv2
 import numpy as np
 from scipy.optimize import least_squares, minimize
-from scipy.stats import chi2
+from scipy.stats import chi2, norm
 
 from twinloop_calibration import se3
 from twinloop_calibration.degeneracy import (CalibrationError, DegenerateData, DiversityReport,
@@ -56,6 +56,15 @@ ROBOT_WORLD_METHODS = {
     "rwhe_li": cv2.CALIB_ROBOT_WORLD_HAND_EYE_LI,
 }
 HUBER_SCALE = 2.0  # whitened residual units (sigma): Huber costs ~5 % efficiency on clean data
+# The target's scale is called wrong when 1 lies outside its two-sided (1 - SCALE_TEST_P) interval.
+SCALE_TEST_P = 1e-3
+# A view is an outlier when the modified z-score of its log mean-square residual (median and
+# MAD over the views, Iglewicz-Hoaglin) exceeds OUTLIER_MODIFIED_Z and, where the noise model
+# holds (not at a bound), its whitened chi-square also has p < OUTLIER_TEST_P / views
+# (Bonferroni): the tail of a noise model that misses something (a target's scale, lens
+# distortion) is not evidence against one view.
+OUTLIER_TEST_P = 1e-3
+OUTLIER_MODIFIED_Z = 3.5
 
 
 class Setup(str, Enum):
@@ -86,6 +95,56 @@ class NoiseModel:
                 + (" (at its plausibility bound: covariance from the per-view sandwich)" if self.at_bound else ""))
 
 
+# One set of precision limits (1 sigma) for the API, `twinloop calibrate` and the calibration
+# server (config/calibration.yaml): a result less certain than this is refused.
+MAX_TRANSLATION_STD_M = 0.01
+MAX_ROTATION_STD_DEG = 1.0
+
+
+@dataclass(frozen=True)
+class ScaleCheck:
+    """The target's scale the robot's metric motion implies: 1 when the target measures as
+    described and the focal length is right. A board printed at the wrong size and a focal
+    length off by the same factor look alike in the images; the message names both."""
+
+    scale: float
+    std: float
+    p_value: float  # of scale == 1, two-sided
+    anomalous: bool  # p_value < SCALE_TEST_P
+    transform: np.ndarray  # X re-solved with the scale free
+    target_transform: np.ndarray
+    covariance: np.ndarray  # 6x6 of `transform`
+    full_covariance: np.ndarray  # of every unknown transform (the scale left out)
+    applied: bool = False  # the result is the scale-corrected solution
+
+    def describe(self, spacing_m: float | None = None) -> str:
+        size = (f"the target's spacing measures {self.scale * spacing_m * 1e3:.2f} +- {self.std * spacing_m * 1e3:.2f} mm, "
+                f"not {spacing_m * 1e3:.2f} mm" if spacing_m else "")
+        text = f"target scale {self.scale:.4f} +- {self.std:.4f} (p = {self.p_value:.2g} that it is 1)"
+        if not self.anomalous:
+            return text + ": consistent with the target description and the focal length"
+        return (f"{text}: {size + ': ' if size else ''}check the target's print (its scale) and description, "
+                f"or the focal length (off by a factor {self.scale:.4f} it looks the same)"
+                + ("; the result is the scale-corrected solution" if self.applied
+                   else "; the scale-corrected solution is offered (--correct-scale / Options.correct_scale)"))
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A view left out, with the test that rejected it."""
+
+    index: int  # into the input views
+    label: str  # the image's name where the views came from files
+    rms_px: float
+    test: str
+    statistic: float
+    threshold: float
+
+    def describe(self) -> str:
+        return (f"{self.label or self.index}: {self.rms_px:.2f} px RMS, {self.test} {self.statistic:.1f} "
+                f"> {self.threshold:.1f}")
+
+
 @dataclass(frozen=True)
 class Options:
     min_views: int = 5
@@ -94,8 +153,9 @@ class Options:
     bootstrap: int = 0  # bootstrap resamples checking the covariance (0: none)
     reject_outliers: bool = True
     max_rejected_fraction: float = 0.3
-    max_translation_std_m: float = 0.005  # refuse a result less certain than this (1 sigma)
-    max_rotation_std_deg: float = 0.5
+    max_translation_std_m: float = MAX_TRANSLATION_STD_M  # refuse a result less certain than this (1 sigma)
+    max_rotation_std_deg: float = MAX_ROTATION_STD_DEG
+    correct_scale: bool = False  # when the target's scale is found wrong, return the solution with it corrected
     estimate_robot_noise: bool = True
     fixed_noise: NoiseModel | None = None  # use these noise levels instead of fitting them
     # Plausible robot pose error (1 sigma). A fit that reaches a bound means the residuals hold
@@ -126,6 +186,8 @@ class HandEyeResult:
     bootstrap_covariance: np.ndarray | None = None
     views_used: int = 0
     extra: dict[str, object] = field(default_factory=dict)
+    scale_check: ScaleCheck | None = None
+    outliers: list[Outlier] = field(default_factory=list)
 
     @property
     def std(self) -> tuple[float, float]:
@@ -158,13 +220,13 @@ class _Group:
 
 
 def _stack(group: _Group) -> tuple:
-    """A group's views as arrays for batched prediction: middles (V, 4, 4), object points
-    (P, 3), the view of each point (P,), image points (P, 2), residual bounds (V + 1,)."""
+    """A group's views as arrays for batched prediction: middles (V, 4, 4), each view's
+    object points (a list), image points (P, 2), residual bounds (V + 1,)."""
     if not group.middle:
         return ()
     counts = [len(d.object_points) for d in group.detections]
-    return (np.stack(group.middle), np.concatenate([d.object_points for d in group.detections]),
-            np.repeat(np.arange(len(counts)), counts), np.concatenate([d.image_points for d in group.detections]),
+    return (np.stack(group.middle), [d.object_points for d in group.detections],
+            np.concatenate([d.image_points for d in group.detections]),
             2 * np.concatenate([[0], np.cumsum(counts)]).astype(int))
 
 
@@ -177,47 +239,85 @@ def _group(setup: Setup, views: Sequence[View], camera: CameraModel) -> _Group:
                   [v.detection for v in views], "left" if setup == Setup.EYE_IN_HAND else "right")
 
 
+class _ViewCovariance:
+    """One view's residual covariance s^2 I + A A^T (A: 2N x 6, the robot pose error's
+    effect scaled by its std), kept low-rank: a view of a 24x17 chessboard has 816
+    residuals, and a dense inverse square root per view cost seconds per solve.
+
+    `w @ r` applies the symmetric inverse square root, so |w @ r|^2 = r' Sigma^-1 r."""
+
+    def __init__(self, pixel_std: float, effect: np.ndarray) -> None:
+        self.pixel_std = pixel_std
+        self.basis, singular, _ = np.linalg.svd(effect, full_matrices=False)
+        self.variances = singular ** 2  # of the robot error along `basis`, on top of s^2
+        self.gain = 1.0 / np.sqrt(pixel_std ** 2 + self.variances) - 1.0 / pixel_std
+
+    def __matmul__(self, r: np.ndarray) -> np.ndarray:
+        return r / self.pixel_std + self.basis @ (self.gain * (self.basis.T @ r))
+
+    def sandwich(self, jac: np.ndarray) -> np.ndarray:
+        """J' Sigma J without forming Sigma."""
+        projected = self.basis.T @ jac
+        return self.pixel_std ** 2 * (jac.T @ jac) + projected.T @ (self.variances[:, None] * projected)
+
+
 class _Problem:
-    def __init__(self, groups: list[_Group], reference: dict[str, np.ndarray]) -> None:
+    """The unknown transforms (6 each, a perturbation of `reference`) and, with
+    `estimate_scale`, one more: the target's scale (its points as described, times
+    `scale`), which the robot's metric motion makes observable."""
+
+    def __init__(self, groups: list[_Group], reference: dict[str, np.ndarray], *,
+                 scale: float = 1.0, estimate_scale: bool = False) -> None:
         self.groups = groups
         self.names = list(reference)
         self.reference = reference
-        self.whiteners: list[list[np.ndarray | None]] = [[None] * len(g.middle) for g in groups]
+        self.scale = scale
+        self.estimate_scale = estimate_scale
+        self.whiteners: list[list[_ViewCovariance | None]] = [[None] * len(g.middle) for g in groups]
         self.pixel_scale = 1.0
         self._stacks = [_stack(g) for g in groups]
+
+    @property
+    def size(self) -> int:
+        return 6 * len(self.names) + int(self.estimate_scale)
 
     def transforms(self, theta: np.ndarray) -> dict[str, np.ndarray]:
         return {name: se3.perturb(self.reference[name], theta[6 * k:6 * k + 6])
                 for k, name in enumerate(self.names)}
 
+    def scale_of(self, theta: np.ndarray) -> float:
+        return self.scale * (1.0 + theta[6 * len(self.names)]) if self.estimate_scale else self.scale
+
     @staticmethod
     def predict(transforms: dict[str, np.ndarray], group: _Group, index: int,
-                robot_delta: np.ndarray | None = None) -> np.ndarray:
+                robot_delta: np.ndarray | None = None, scale: float = 1.0) -> np.ndarray:
         middle = group.middle[index]
         if robot_delta is not None:
             error = se3.from_rotvec(robot_delta[3:], robot_delta[:3])
             middle = error @ middle if group.perturb == "left" else middle @ error
         camera_T_target = se3.inv(transforms[group.x]) @ middle @ transforms[group.b]
-        points = group.detections[index].object_points @ camera_T_target[:3, :3].T + camera_T_target[:3, 3]
+        points = (scale * group.detections[index].object_points) @ camera_T_target[:3, :3].T + camera_T_target[:3, 3]
         return group.camera.project(points)
 
     def view_residual(self, transforms, group_index: int, index: int) -> np.ndarray:
         group = self.groups[group_index]
-        return (self.predict(transforms, group, index) - group.detections[index].image_points).ravel()
+        return (self.predict(transforms, group, index, scale=self.scale)
+                - group.detections[index].image_points).ravel()
 
     def residuals(self, theta: np.ndarray) -> np.ndarray:
         """Every view's residual (view_residual, whitened), in view order. The views of a
         group are predicted together (one batched transform and projection): the solver
         and its finite differences call this thousands of times per calibration."""
         transforms = self.transforms(theta)
+        scale = self.scale_of(theta)
         out = []
         for g, group in enumerate(self.groups):
             if not group.middle:
                 continue
-            middle, points, owner, image, bounds = self._stacks[g]
+            middle, points, image, bounds = self._stacks[g]
             camera_T_target = se3.inv(transforms[group.x]) @ middle @ transforms[group.b]
-            camera_points = (np.einsum("nij,nj->ni", camera_T_target[owner, :3, :3], points)
-                             + camera_T_target[owner, :3, 3])
+            camera_points = np.concatenate([(scale * p) @ t[:3, :3].T + t[:3, 3]
+                                            for p, t in zip(points, camera_T_target)])
             r = (group.camera.project(camera_points) - image).ravel()
             whiteners = self.whiteners[g]
             if all(w is None for w in whiteners):
@@ -234,29 +334,27 @@ class _Problem:
         for k in range(6):
             delta = np.zeros(6)
             delta[k] = step
-            columns.append((self.predict(transforms, group, i, delta)
-                            - self.predict(transforms, group, i, -delta)).ravel() / (2 * step))
+            columns.append((self.predict(transforms, group, i, delta, self.scale)
+                            - self.predict(transforms, group, i, -delta, self.scale)).ravel() / (2 * step))
         return np.column_stack(columns)
 
-    def view_covariance(self, transforms, g: int, i: int, noise: NoiseModel) -> np.ndarray:
+    def view_covariance(self, transforms, g: int, i: int, noise: NoiseModel) -> _ViewCovariance:
         """Sigma_i = s^2 I + G_i S G_i^T: pixel noise plus the view's robot pose error."""
         group = self.groups[g]
-        sigma = noise.pixel_std_px ** 2 * np.eye(2 * len(group.detections[i]))
-        if group.perturb is not None:
-            jac = self.robot_jacobian(transforms, g, i)
-            s = np.array([noise.robot_translation_std_m] * 3 + [noise.robot_rotation_std_rad] * 3) ** 2
-            sigma += (jac * s) @ jac.T
-        return sigma
+        n = 2 * len(group.detections[i])
+        if group.perturb is None:
+            return _ViewCovariance(noise.pixel_std_px, np.zeros((n, 0)))
+        prior = np.array([noise.robot_translation_std_m] * 3 + [noise.robot_rotation_std_rad] * 3)
+        return _ViewCovariance(noise.pixel_std_px, self.robot_jacobian(transforms, g, i) * prior)
 
     def set_noise(self, transforms, noise: NoiseModel | None) -> None:
         """Whiten every view's residuals with its Sigma_i (None: plain pixels)."""
         for g, group in enumerate(self.groups):
             for i in range(len(group.middle)):
-                self.whiteners[g][i] = (None if noise is None else np.linalg.inv(
-                    np.linalg.cholesky(self.view_covariance(transforms, g, i, noise))))
+                self.whiteners[g][i] = None if noise is None else self.view_covariance(transforms, g, i, noise)
 
     def solve(self, theta0: np.ndarray | None = None, *, robust: bool = True) -> np.ndarray:
-        theta0 = np.zeros(6 * len(self.names)) if theta0 is None else theta0
+        theta0 = np.zeros(self.size) if theta0 is None else theta0
         result = least_squares(self.residuals, theta0, method="trf", x_scale="jac",
                                loss="huber" if robust else "linear", f_scale=HUBER_SCALE,
                                xtol=1e-12, ftol=1e-12, gtol=1e-10, max_nfev=200)
@@ -264,9 +362,10 @@ class _Problem:
 
     def recentre(self, theta: np.ndarray) -> None:
         self.reference = self.transforms(theta)
+        self.scale = self.scale_of(theta)
 
     def jacobian(self, step: float = 1e-7) -> np.ndarray:
-        theta = np.zeros(6 * len(self.names))
+        theta = np.zeros(self.size)
         base = self.residuals(theta)
         columns = []
         for k in range(len(theta)):
@@ -287,7 +386,7 @@ def _fit_noise(problem: _Problem, *, robot: bool, max_translation_m: float = 0.0
             jac = problem.robot_jacobian(transforms, g, i) if (robot and group.perturb) else np.zeros((len(r), 6))
             stats.append((len(r), r @ r, jac.T @ r, jac.T @ jac))
     total = sum(s[0] for s in stats)
-    dof_correction = total / max(1, total - 6 * len(problem.names))
+    dof_correction = total / max(1, total - problem.size)
     counts = np.array([s[0] for s in stats], dtype=float)
     rr = np.array([s[1] for s in stats])
     gr = np.array([s[2] for s in stats])
@@ -355,12 +454,12 @@ def _proper(transform: np.ndarray) -> bool:
 
 
 def reprojection_rms(setup: Setup, views: Sequence[View], camera: CameraModel, x: np.ndarray,
-                     b: np.ndarray) -> tuple[float, list[float]]:
+                     b: np.ndarray, *, scale: float = 1.0) -> tuple[float, list[float]]:
     group = _group(setup, views, camera)
     transforms = {"x": x, "b": b}
     per_view, total, count = [], 0.0, 0
     for i in range(len(views)):
-        r = (_Problem.predict(transforms, group, i) - group.detections[i].image_points)
+        r = (_Problem.predict(transforms, group, i, scale=scale) - group.detections[i].image_points)
         squared = float(np.sum(r ** 2))
         per_view.append(math.sqrt(squared / len(r)))
         total += squared
@@ -395,17 +494,24 @@ def _initial(setup: Setup, views: Sequence[View], camera: CameraModel):
 
 
 def _fit(setup: Setup, views: Sequence[View], camera: CameraModel, options: Options,
-         extra_groups: Sequence[_Group] = (), extra_start: dict[str, np.ndarray] | None = None) -> _Fit:
-    candidates, best = _initial(setup, views, camera)
-    start = {"x": candidates[best][0], "b": candidates[best][1], **(extra_start or {})}
+         extra_groups: Sequence[_Group] = (), extra_start: dict[str, np.ndarray] | None = None, *,
+         estimate_scale: bool = False, warm: _Fit | None = None) -> _Fit:
+    """The pixel-weighted and the whitened refinements with the noise model fitted between
+    them; `warm`: start from this fit's estimates (same views) instead of OpenCV's."""
+    if warm is not None:
+        candidates, best = warm.opencv, warm.best_opencv
+        start = dict(warm.pixel.reference)
+    else:
+        candidates, best = _initial(setup, views, camera)
+        start = {"x": candidates[best][0], "b": candidates[best][1], **(extra_start or {})}
     groups = [_group(setup, views, camera), *extra_groups]
-    pixel = _Problem(groups, start)
+    pixel = _Problem(groups, start, estimate_scale=estimate_scale)
     pixel.recentre(pixel.solve())
     robot = options.estimate_robot_noise and any(g.perturb for g in groups)
     bounds = {"max_translation_m": options.max_robot_translation_std_m,
               "max_rotation_rad": math.radians(options.max_robot_rotation_std_deg)}
     noise = options.fixed_noise or _fit_noise(pixel, robot=robot, **bounds)
-    whitened = _Problem(groups, dict(pixel.reference))
+    whitened = _Problem(groups, dict(pixel.reference), scale=pixel.scale, estimate_scale=estimate_scale)
     whitened.set_noise(whitened.reference, noise)
     whitened.recentre(whitened.solve())
     if options.fixed_noise is None:
@@ -424,13 +530,18 @@ def _covariance(fit: _Fit, candidate: str) -> tuple[np.ndarray, str]:
       H^-1 (sum J_i' r_i r_i' J_i) H^-1 * G/(G-1), which assumes no error model.
     """
     problem = fit.whitened if candidate == "refined_robot_noise" else fit.pixel
+    return _problem_covariance(problem, fit.noise, whitened=candidate == "refined_robot_noise")
+
+
+def _problem_covariance(problem: _Problem, noise: NoiseModel, *, whitened: bool) -> tuple[np.ndarray, str]:
+    """_covariance of one problem: `whitened` when its residuals are whitened by `noise`."""
     jac = problem.jacobian()
     hessian_inv = np.linalg.pinv(jac.T @ jac)
     # Small-sample correction: the two unknown transforms absorb about two views' worth of
     # robot pose error, so the fitted noise levels are low by about G / (G - 2).
     robot_views = sum(len(g.middle) for g in problem.groups if g.perturb)
     small_sample = robot_views / max(1, robot_views - 2)
-    if candidate == "refined_robot_noise" and not fit.noise.at_bound:
+    if whitened and not noise.at_bound:
         return hessian_inv * small_sample, "robot_pose_error_model"
     residuals = problem.residuals(np.zeros(jac.shape[1]))
     meat = np.zeros_like(hessian_inv)
@@ -439,16 +550,31 @@ def _covariance(fit: _Fit, candidate: str) -> tuple[np.ndarray, str]:
         for i in range(len(group.middle)):
             n = 2 * len(group.detections[i])
             block = jac[row:row + n]
-            if fit.noise.at_bound:
+            if noise.at_bound:
                 score = block.T @ residuals[row:row + n]
                 meat += np.outer(score, score)
             else:
-                meat += block.T @ problem.view_covariance(problem.reference, g, i, fit.noise) @ block
+                meat += problem.view_covariance(problem.reference, g, i, noise).sandwich(block)
             row += n
             clusters += 1
-    if fit.noise.at_bound:
+    if noise.at_bound:
         return hessian_inv @ meat @ hessian_inv * clusters / max(1, clusters - 1), "per_view_sandwich"
     return hessian_inv @ meat @ hessian_inv * small_sample, "robot_pose_error_model_sandwich"
+
+
+def _scale_check(setup: Setup, views: Sequence[View], camera: CameraModel, options: Options, fit: _Fit,
+                 chosen: str) -> ScaleCheck:
+    """The whole fit again with the target's scale free (its own noise model: a wrong scale
+    otherwise reads as robot pose error); test scale == 1."""
+    free = _fit(setup, views, camera, options, estimate_scale=True, warm=fit)
+    whitened = chosen == "refined_robot_noise"
+    problem = free.whitened if whitened else free.pixel
+    covariance, _ = _problem_covariance(problem, free.noise, whitened=whitened)
+    k = 6 * len(problem.names)
+    std = float(np.sqrt(max(covariance[k, k], 0.0))) * problem.scale
+    p_value = float(2 * norm.sf(abs(problem.scale - 1.0) / std)) if std > 0 else 0.0
+    return ScaleCheck(problem.scale, std, p_value, p_value < SCALE_TEST_P, problem.reference["x"],
+                      problem.reference["b"], covariance[:6, :6], covariance[:k, :k])
 
 
 def _folds(count: int, k: int, seed: int) -> list[np.ndarray]:
@@ -478,21 +604,33 @@ def _held_out(setup, views, camera, options, extra_groups, extra_start,
     return {name: math.sqrt(total / count) if count else float("nan") for name, (total, count) in sums.items()}
 
 
-def _outliers(problem: _Problem, noise: NoiseModel, group_index: int = 0) -> list[int]:
-    """Views far off the rest: whitened chi-square with p < 1e-4 when the noise model holds;
-    when it does not (fit at a bound), views whose RMS exceeds 3x the median view's."""
+def _outliers(problem: _Problem, noise: NoiseModel, labels: Sequence[str], group_index: int = 0) -> list[Outlier]:
+    """Views whose residual is improbable under the fitted noise model (see OUTLIER_TEST_P and
+    OUTLIER_MODIFIED_Z for the tests)."""
     group = problem.groups[group_index]
+    count = len(group.middle)
+    residuals = [problem.view_residual(problem.reference, group_index, i) for i in range(count)]
+    rms = [float(np.sqrt(np.mean(r ** 2) * 2)) for r in residuals]
+    out = []
+    log_ms = np.log(np.maximum(np.array(rms), 1e-12) ** 2)
+    mad = float(np.median(np.abs(log_ms - np.median(log_ms))))
+    z = 0.6745 * (log_ms - np.median(log_ms)) / max(mad, 1e-12)
     if noise.at_bound:
-        rms = np.array([np.sqrt(np.mean(problem.view_residual(problem.reference, group_index, i) ** 2) * 2)
-                        for i in range(len(group.middle))])
-        return [int(i) for i in np.nonzero(rms > 3.0 * np.median(rms))[0]]
+        for i in np.nonzero(z > OUTLIER_MODIFIED_Z)[0]:
+            out.append(Outlier(int(i), labels[i], rms[i], "modified z of log mean-square residual", float(z[i]),
+                               OUTLIER_MODIFIED_Z))
+        return out
     stats = []
-    for i in range(len(group.middle)):
-        r = problem.whiteners[group_index][i] @ problem.view_residual(problem.reference, group_index, i)
+    for i in range(count):
+        r = problem.whiteners[group_index][i] @ residuals[i]
         stats.append((float(r @ r), len(r)))
     normalised = np.array([s / n for s, n in stats])
     scale = max(1.0, float(np.median(normalised)))
-    return [i for i, (s, n) in enumerate(stats) if s / scale > chi2.ppf(1 - 1e-4, n)]
+    for i, (s, n) in enumerate(stats):
+        threshold = float(chi2.isf(OUTLIER_TEST_P / count, n))
+        if s / scale > threshold and z[i] > OUTLIER_MODIFIED_Z:
+            out.append(Outlier(i, labels[i], rms[i], f"whitened chi-square ({n} dof)", s / scale, threshold))
+    return out
 
 
 def calibrate(setup: Setup | str, views: Sequence[View], camera: CameraModel,
@@ -506,13 +644,16 @@ def calibrate(setup: Setup | str, views: Sequence[View], camera: CameraModel,
     kept = list(range(len(views)))
     fit = _fit(setup, views, camera, options)
     rejected: list[int] = []
+    outliers: list[Outlier] = []
     if options.reject_outliers:
-        bad = _outliers(fit.whitened, fit.noise)
+        outliers = _outliers(fit.whitened, fit.noise, [v.label or str(i) for i, v in enumerate(views)])
+        bad = [o.index for o in outliers]
         if bad:
             if len(bad) > options.max_rejected_fraction * len(views):
                 raise DegenerateData(
-                    f"{len(bad)} of {len(views)} views disagree with the rest (views {bad}); check the "
-                    "camera/robot time sync, the intrinsics and the target description before retrying")
+                    f"{len(bad)} of {len(views)} views disagree with the rest "
+                    f"({'; '.join(o.describe() for o in outliers)}); check the camera/robot time sync, "
+                    "the intrinsics and the target description before retrying")
             rejected = bad
             kept = [i for i in kept if i not in rejected]
             views_kept = [views[i] for i in kept]
@@ -521,7 +662,9 @@ def calibrate(setup: Setup | str, views: Sequence[View], camera: CameraModel,
             progress("refitting without outliers", 0, len(views_kept))
             fit = _fit(setup, views_kept, camera, options)
     used = [views[i] for i in kept]
-    return _finish(setup, used, camera, options, fit, rejected, diversity, progress)
+    result = _finish(setup, used, camera, options, fit, rejected, diversity, progress)
+    result.outliers = outliers
+    return result
 
 
 def _choose(held: dict[str, float]) -> str:
@@ -535,16 +678,25 @@ def _finish(setup, used, camera, options, fit: _Fit, rejected, diversity,
     chosen = _choose(held)
     covariance, covariance_model = _covariance(fit, chosen)
     transforms = fit.candidates()[chosen]
-    rms, per_view = reprojection_rms(setup, used, camera, transforms["x"], transforms["b"])
+    progress("scale check", 0, 1)
+    scale = _scale_check(setup, used, camera, options, fit, chosen)
+    scale_applied = scale.anomalous and options.correct_scale
+    if scale_applied:
+        scale = replace(scale, applied=True)
+        covariance, covariance_model = scale.full_covariance, covariance_model + "_scale_free"
+        transforms = {"x": scale.transform, "b": scale.target_transform}
+    rms, per_view = reprojection_rms(setup, used, camera, transforms["x"], transforms["b"],
+                                     scale=scale.scale if scale_applied else 1.0)
     label = {"opencv": f"opencv_{fit.best_opencv}"}
     result = HandEyeResult(
         setup=setup, transform=transforms["x"], target_transform=transforms["b"], covariance=covariance[:6, :6],
-        target_covariance=covariance[6:12, 6:12], method=label.get(chosen, chosen), reprojection_rms_px=rms,
+        target_covariance=covariance[6:12, 6:12],
+        method=label.get(chosen, chosen) + ("_scale_corrected" if scale_applied else ""), reprojection_rms_px=rms,
         held_out_rms_px=held.get(chosen, float("nan")),
         held_out_rms_px_by_candidate={label.get(k, k): v for k, v in held.items()},
         per_view_rms_px=per_view, rejected_views=rejected, noise=fit.noise, diversity=diversity,
         opencv={name: xb[0] for name, xb in fit.opencv.items()}, refined_transform=fit.whitened.reference["x"],
-        views_used=len(used))
+        views_used=len(used), scale_check=scale)
     result.extra["full_covariance"] = covariance
     result.extra["covariance_model"] = covariance_model
     result.extra["unknowns"] = list(fit.pixel.names)

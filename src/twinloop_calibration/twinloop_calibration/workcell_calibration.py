@@ -39,8 +39,8 @@ class CalibrationSettings:
     intrinsics_source: str = "camera_info"  # or "calibrate"
     folds: int = 5
     bootstrap: int = 20
-    max_translation_std_m: float = 0.01
-    max_rotation_std_deg: float = 1.0
+    max_translation_std_m: float = handeye.MAX_TRANSLATION_STD_M
+    max_rotation_std_deg: float = handeye.MAX_ROTATION_STD_DEG
     planner_distance_m: tuple[float, float] = (0.30, 0.50)
     planner_max_tilt_deg: float = 30.0
     envelope_config: str = ""  # empty: config/envelope.yaml
