@@ -51,8 +51,9 @@ def calibration_document(result: HandEyeResult, *, camera_name: str, parent_fram
         "held_out_rms_px_by_candidate": {k: round(float(v), 4) for k, v in result.held_out_rms_px_by_candidate.items()},
         "views_used": int(result.views_used),
         "views_rejected": [int(v) for v in result.rejected_views],
-        "outliers": [{"view": o.label or str(o.index), "rms_px": round(o.rms_px, 4), "test": o.test,
-                      "statistic": round(o.statistic, 3), "threshold": round(o.threshold, 3)} for o in result.outliers],
+        "outliers": [{"view": o.label or str(o.index), "rms_px": round(float(o.rms_px), 4), "test": o.test,
+                      "statistic": round(float(o.statistic), 3), "threshold": round(float(o.threshold), 3)}
+                     for o in result.outliers],
         "noise_model": {"pixel_std_px": float(result.noise.pixel_std_px),
                         "robot_translation_std_mm": float(result.noise.robot_translation_std_m * 1e3),
                         "robot_rotation_std_deg": float(math.degrees(result.noise.robot_rotation_std_rad)),
@@ -67,7 +68,7 @@ def calibration_document(result: HandEyeResult, *, camera_name: str, parent_fram
     }
     if result.scale_check is not None:
         check = result.scale_check
-        document["target_scale"] = {"scale": round(check.scale, 6), "std": round(check.std, 6),
+        document["target_scale"] = {"scale": round(float(check.scale), 6), "std": round(float(check.std), 6),
                                     "p_value": float(f"{check.p_value:.3g}"), "anomalous": bool(check.anomalous),
                                     "corrected": bool(check.applied)}
     if result.bootstrap_ratio is not None:

@@ -3,6 +3,11 @@
   twinloop calibrate --live --camera static_camera       # a Calibrate goal; see live_cli.py
   twinloop calibrate --bag bags/calib_0001 --camera wrist_camera --setup eye_in_hand
   twinloop calibrate --dataset <industrial_calibration cal_data.yaml> --setup eye_in_hand
+  twinloop calibrate --images <folder> --poses <pose file> --target chessboard_9x6 [--intrinsics camera.yaml]
+
+A pose file has one line per image: '<image file> x y z qx qy qz qw' (base_T_gripper) or
+'<image file>' and the 16 numbers of the 4x4 row by row; translations in --pose-units
+(m or mm); '#' starts a comment. Without --intrinsics they are calibrated from the same views.
 
 Progress lines go to stderr as --live prints them: --dataset per image detected, then the
 solve's stages (fitting, held-out folds, bootstrap) with steps done/total, e.g.
@@ -33,12 +38,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="send a Calibrate goal to the running calibration server (the arm moves)")
     source.add_argument("--bag", help="recorded calibration bag (twinloop_logging)")
     source.add_argument("--dataset", help="industrial_calibration cal_data.yaml (image/pose pairs)")
+    source.add_argument("--images", help="a folder of images (with --poses)")
+    parser.add_argument("--poses", help="--images: the robot pose file, one line per image (see above)")
+    parser.add_argument("--pose-units", choices=["m", "mm"], default="m", help="--images: translation units")
+    parser.add_argument("--intrinsics", default="",
+                        help="--images: a camera_info YAML (default: calibrated from the same views)")
     parser.add_argument("--camera", default="wrist_camera", help="camera name (bag topics /<camera>/color/...)")
     parser.add_argument("--setup", choices=[s.value for s in handeye.Setup], default=None,
                         help="default: eye_in_hand (bag, dataset); with --live from the camera's mount")
     parser.add_argument("--views", type=int, default=0, help="--live: views to plan (0: the server's default)")
     parser.add_argument("--server", default="/calibration_server", help="--live: node name of the server")
-    parser.add_argument("--target", default="", help="target name in config/calibration_targets.yaml (bags)")
+    parser.add_argument("--target", default="", help="target name in config/calibration_targets.yaml (bags, images)")
     parser.add_argument("--gripper-frame", default="panda_hand")
     parser.add_argument("--bootstrap", type=int, default=30, help="bootstrap resamples (0: none)")
     parser.add_argument("--max-translation-std-m", type=float, default=handeye.MAX_TRANSLATION_STD_M,
@@ -69,6 +79,16 @@ def main(argv: list[str] | None = None) -> int:
             if data.not_found:
                 print(f"target not found in {data.not_found}", file=sys.stderr)
             views, camera, spacing = data.views, data.camera, data.target.spacing_m
+        elif args.images:
+            data = _folder(args, progress)
+            if data.not_found:
+                print(f"target not found in {data.not_found}", file=sys.stderr)
+            if not args.intrinsics:
+                print(f"intrinsics calibrated from the same views: fx {data.camera.camera_matrix[0, 0]:.2f} "
+                      f"fy {data.camera.camera_matrix[1, 1]:.2f} cx {data.camera.camera_matrix[0, 2]:.2f} "
+                      f"cy {data.camera.camera_matrix[1, 2]:.2f} px, RMS {data.camera.reprojection_rms_px:.3f} px",
+                      file=sys.stderr)
+            views, camera, spacing = data.views, data.camera, data.target.spacing_m
         else:
             views, camera, offset, spacing = _bag(args)
         progress.views = len(views)
@@ -81,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         document = calibration_io.calibration_document(
             result, camera_name=args.camera, parent_frame=args.gripper_frame if args.setup == "eye_in_hand" else "world",
             child_frame=f"{args.camera}_color_optical_frame_calibrated", camera=camera,
-            source={"mode": "bag" if args.bag else "dataset", "path": str(Path(args.bag or args.dataset).resolve())},
+            source=_source(args),
             time_offset=offset)
         print(f"written: {calibration_io.write_calibration(args.output, document)}")
     return 0
@@ -103,8 +123,33 @@ class _Progress:
         print(f"[{time.monotonic() - self.started:7.1f} s] {text}", file=sys.stderr, flush=True)
 
 
+def _source(args) -> dict:
+    if args.images:
+        return {"mode": "images", "path": str(Path(args.images).resolve()), "poses": str(Path(args.poses).resolve()),
+                "pose_units": args.pose_units,
+                "intrinsics": str(Path(args.intrinsics).resolve()) if args.intrinsics else "calibrated"}
+    return {"mode": "bag" if args.bag else "dataset", "path": str(Path(args.bag or args.dataset).resolve())}
+
+
+def _folder(args, progress):
+    from twinloop_calibration.datasets import load_camera_info_yaml, load_folder
+    from twinloop_calibration.targets import load_targets
+    from twinloop_twin.workcell import default_config_dir
+
+    targets, default = load_targets(default_config_dir() / "calibration_targets.yaml")
+    if (args.target or default) not in targets:
+        raise TargetConfigError(f"unknown target '{args.target}'; known: {sorted(targets)}")
+    camera = load_camera_info_yaml(args.intrinsics) if args.intrinsics else None
+    return load_folder(args.images, args.poses, targets[args.target or default], camera=camera,
+                       pose_units=args.pose_units, progress=progress)
+
+
 def _check_options(args) -> str:
     """What is wrong with the numeric options or the output, before any work; '' if nothing."""
+    if args.images and not args.poses:
+        return "--images needs --poses: the robot pose file, one line per image"
+    if args.poses and not args.images:
+        return "--poses goes with --images (a folder of images)"
     if args.bootstrap < 0:
         return f"--bootstrap must be >= 0 (0: no bootstrap), got {args.bootstrap}"
     for name in ("max_translation_std_m", "max_rotation_std_deg"):
