@@ -232,32 +232,38 @@ def _run_on_bringup(run: DrawRun, work: Path, env: dict, truth, command, say) ->
 
 
 def _sender_held_up(step: Step, faults: list[str], work: Path) -> str:
-    """Why a stale-command fault of an excitation was the host's doing, or "": the sender's
-    own header stamps in the recorded bag (its clock when it published) show a gap of more
-    than half the watchdog's limit. The sender publishes every 4 ms whatever the robot does
-    (a hold repeats the target), so no physics makes it fall silent for 250 ms: the process
-    was not running, and the rest of the silence the monitor saw was delivery on the same
-    loaded host (a fresh-clone run: sender gap under 500 ms, monitor 502 ms)."""
+    """Why a stale-command fault of an excitation was the host's doing, or "": in the recorded
+    bag, the sender's own header stamps (its clock when it published) or the recorder's
+    receive times of the same stream show a gap of more than half the watchdog's limit. The
+    sender publishes every 4 ms whatever the robot does (a hold is at most 0.2 s), so no
+    physics makes its stream fall silent for 250 ms: the process was not running, or its
+    messages sat on the loaded host (fresh-clone runs: sender stamps 504 ms apart; and
+    stamps in time but one message received 610 ms after the one before, while the
+    recorder's joint states never paused more than 19 ms)."""
     limit = re.search(r"no command for \d+ ms \(limit (\d+) ms\)", faults[0] if faults else "")
-    bag = re.search(r"recording (\S+) \|", step.output)
+    bag = re.search(r"^recording (\S+)$", step.output, re.M)  # the CLI's stderr line
     if not step.command.startswith("twinloop build excite") or not limit or not bag:
         return ""
     from twinloop_logging.bag_reader import BagError, open_bag
-    stamps = None
+    stamps = received = None
     for _ in range(20):  # the recorder may still be closing the bag the command just ended
         try:
             with open_bag(work / bag.group(1)) as reader:
-                stamps = np.sort([m.msg.header.stamp.sec + m.msg.header.stamp.nanosec * 1e-9
-                                  for m in reader.messages(["/twinloop/builder/command"])])
+                messages = list(reader.messages(["/twinloop/builder/command"]))
+            stamps = np.sort([m.msg.header.stamp.sec + m.msg.header.stamp.nanosec * 1e-9 for m in messages])
+            received = np.sort([m.log_time_ns * 1e-9 for m in messages])
             break
         except BagError:
             time.sleep(0.5)
-    if stamps is None:
+    if stamps is None or len(stamps) < 2:
         return ""
-    gap_s = float(np.diff(stamps).max()) if len(stamps) > 1 else 0.0
-    if gap_s * 1e3 <= 0.5 * int(limit.group(1)):
+    # The silence the watchdog judged ends the stream (the sender stops on the fault): the
+    # last gaps, not those between pushes, where the monitor is disarmed.
+    sent_gap_s, received_gap_s = float(np.diff(stamps)[-3:].max()), float(np.diff(received)[-3:].max())
+    if max(sent_gap_s, received_gap_s) * 1e3 <= 0.5 * int(limit.group(1)):
         return ""
-    return f"the sender published nothing for {gap_s * 1e3:.0f} ms by its own clock (watchdog {limit.group(1)} ms)"
+    return (f"the sender's stream paused {sent_gap_s * 1e3:.0f} ms by its own clock and {received_gap_s * 1e3:.0f} ms "
+            f"as the recorder received it (watchdog {limit.group(1)} ms)")
 
 
 def _check_demo(run: DrawRun, output: str, work: Path, truth) -> None:

@@ -116,6 +116,7 @@ class ScaleCheck:
     covariance: np.ndarray  # 6x6 of `transform`
     full_covariance: np.ndarray  # of every unknown transform (the scale left out)
     applied: bool = False  # the result is the scale-corrected solution
+    fallback: str = ""  # else, when anomalous: the OpenCV method whose estimate the result is
 
     def describe(self, spacing_m: float | None = None) -> str:
         size = (f"the target's spacing measures {self.scale * spacing_m * 1e3:.2f} +- {self.std * spacing_m * 1e3:.2f} mm, "
@@ -125,8 +126,10 @@ class ScaleCheck:
             return text + ": consistent with the target description and the focal length"
         return (f"{text}: {size + ': ' if size else ''}check the target's print (its scale) and description, "
                 f"or the focal length (off by a factor {self.scale:.4f} it looks the same)"
-                + ("; the result is the scale-corrected solution" if self.applied
-                   else "; the scale-corrected solution is offered (--correct-scale / Options.correct_scale)"))
+                + ("; the result is the scale-corrected solution" if self.applied else
+                   (f"; the result is OpenCV's {self.fallback} estimate (its rotation does not depend on the "
+                    "target's scale; the refinement would trade rotation for it)" if self.fallback else "")
+                   + "; the scale-corrected solution is offered (--correct-scale / Options.correct_scale)"))
 
 
 @dataclass(frozen=True)
@@ -685,6 +688,15 @@ def _finish(setup, used, camera, options, fit: _Fit, rejected, diversity,
         scale = replace(scale, applied=True)
         covariance, covariance_model = scale.full_covariance, covariance_model + "_scale_free"
         transforms = {"x": scale.transform, "b": scale.target_transform}
+    elif scale.anomalous and chosen != "opencv":
+        # The refinement's model (the target as described) is wrong: it absorbs the scale by
+        # trading rotation for translation (real 10x10 set, intrinsics from the same views:
+        # leave-one-out 16.4 mm / 1.48 deg against OpenCV's 8.4 mm / 1.07 deg). OpenCV's
+        # rotation does not depend on the target's scale.
+        chosen = "opencv"
+        covariance, covariance_model = _covariance(fit, chosen)
+        transforms = fit.candidates()[chosen]
+        scale = replace(scale, fallback=fit.best_opencv)
     rms, per_view = reprojection_rms(setup, used, camera, transforms["x"], transforms["b"],
                                      scale=scale.scale if scale_applied else 1.0)
     label = {"opencv": f"opencv_{fit.best_opencv}"}
