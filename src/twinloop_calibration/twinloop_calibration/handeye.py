@@ -125,7 +125,7 @@ class ScaleCheck:
         if not self.anomalous:
             return text + ": consistent with the target description and the focal length"
         return (f"{text}: {size + ': ' if size else ''}check the target's print (its scale) and description, "
-                f"or the focal length (off by a factor {self.scale:.4f} it looks the same)"
+                f"or the focal length (one given {1.0 / self.scale:.4f} times the true one looks the same)"
                 + ("; the result is the scale-corrected solution" if self.applied else
                    (f"; the result is OpenCV's {self.fallback} estimate (its rotation does not depend on the "
                     "target's scale; the refinement would trade rotation for it)" if self.fallback else "")
