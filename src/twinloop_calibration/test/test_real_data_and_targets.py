@@ -167,3 +167,30 @@ def test_real_data_scale_check_finds_the_grid_smaller_than_described(dataset):
     assert 0.970 < nominal.scale < 0.985 and 0.970 < calibrated.scale < 0.985
     assert abs(nominal.scale - calibrated.scale) < 3 * math.hypot(nominal.std, calibrated.std)
     assert "not 25.40 mm" in nominal.describe(0.0254)
+
+
+@needs_data
+def test_real_data_leave_one_out_consistency_no_worse_than_any_opencv_method(dataset):
+    """Each view left out in turn: X and the target pose from the other views, then the left-out
+    view's base_T_target (robot pose . X . PnP) against the solved one. Ours (defaults: the
+    grid's scale is off here, so the result is the best OpenCV estimate by reprojection) and
+    all 7 OpenCV methods, in one run: ours <= the best in translation, <= 1.1x in rotation."""
+    options = handeye.Options(max_translation_std_m=1.0, max_rotation_std_deg=90.0)
+    camera = dataset.camera
+    scores: dict[str, list[tuple[float, float]]] = {}
+    for i, view in enumerate(dataset.views):
+        train = [v for j, v in enumerate(dataset.views) if j != i]
+        solved = {"twinloop": handeye.calibrate("eye_in_hand", train, camera, options)}
+        estimates = {"twinloop": (solved["twinloop"].transform, solved["twinloop"].target_transform)}
+        for name, (x, _) in handeye.opencv_estimates("eye_in_hand", train, camera).items():
+            estimates[name] = (x, se3.mean([v.base_T_gripper @ x @ solve_pnp(v.detection, camera) for v in train]))
+        for name, (x, b) in estimates.items():
+            scores.setdefault(name, []).append(se3.errors(view.base_T_gripper @ x @ solve_pnp(view.detection, camera), b))
+    rms = {name: (float(np.sqrt(np.mean([t ** 2 for t, _ in s]))), float(np.sqrt(np.mean([r ** 2 for _, r in s]))))
+           for name, s in scores.items()}
+    for name, (t, r) in rms.items():
+        print(f"{name}: {t * 1e3:.2f} mm, {math.degrees(r):.3f} deg")
+    opencv = [name for name in rms if name != "twinloop"]
+    assert len(opencv) == 7
+    best_t, best_r = min(rms[n][0] for n in opencv), min(rms[n][1] for n in opencv)
+    assert rms["twinloop"][0] <= best_t and rms["twinloop"][1] <= 1.1 * best_r
