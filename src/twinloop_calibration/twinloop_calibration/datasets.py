@@ -26,7 +26,7 @@ from twinloop_calibration import se3
 from twinloop_calibration.degeneracy import DegenerateData
 from twinloop_calibration.handeye import Progress, View, pair_views
 from twinloop_calibration.intrinsics import CameraModel, IntrinsicsError, calibrate_intrinsics
-from twinloop_calibration.targets import TargetDetector, TargetNotFound, TargetSpec
+from twinloop_calibration.targets import Detection, TargetDetector, TargetNotFound, TargetSpec
 
 
 class DatasetError(FileNotFoundError):
@@ -94,22 +94,31 @@ def load_industrial_calibration(cal_data: Path | str, *, min_views: int = 5,
         if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry[k] for k in ("pose", "image")):
             raise DatasetError(f"{path}: data[{i}] needs both 'pose' and 'image' (file names), got {entry!r}")
         poses.append(_pose(path.parent / entry["pose"]))
-        image_path = path.parent / entry["image"]
-        image = cv2.imread(str(image_path), cv2.IMREAD_GRAYSCALE) if image_path.is_file() else None
-        if image is None:
-            raise DatasetError(f"cannot read image {image_path} (data[{i}] of {path}): missing or not an image")
-        size = (image.shape[1], image.shape[0])
+        detection, size = _detect(path.parent / entry["image"], detector, f"data[{i}] of {path}")
+        detections.append(detection)
         labels.append(entry["image"])
-        try:
-            detections.append(detector.detect(image))
-        except TargetNotFound:
-            detections.append(None)
-    views, not_found = pair_views(poses, detections, labels)
-    if len(views) < min_views:
-        raise DegenerateData(f"the target was found in {len(views)} of {len(labels)} images ({min_views} needed); "
-                             f"not found in {not_found}")
+    views, not_found = _paired(poses, detections, labels, min_views, "the target")
     return Dataset(views, CameraModel(camera_matrix, np.zeros(5), *size), target, not_found,
                    bool(raw.get("static_camera", False)))
+
+
+def _detect(path: Path, detector: TargetDetector, where: str) -> tuple[Detection | None, tuple[int, int]]:
+    """The target in one image file (None: not found) and the image's (width, height)."""
+    image = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE) if path.is_file() else None
+    if image is None:
+        raise DatasetError(f"cannot read image {path} ({where}): missing or not an image")
+    try:
+        return detector.detect(image), (image.shape[1], image.shape[0])
+    except TargetNotFound:
+        return None, (image.shape[1], image.shape[0])
+
+
+def _paired(poses, detections, labels: list[str], min_views: int, what: str) -> tuple[list[View], list[str]]:
+    views, not_found = pair_views(poses, detections, labels)
+    if len(views) < min_views:
+        raise DegenerateData(f"{what} was found in {len(views)} of {len(labels)} images ({min_views} needed); "
+                             f"not found in {not_found}")
+    return views, not_found
 
 
 def _read_yaml(path: Path, what: str):
@@ -186,24 +195,15 @@ def load_folder(images: Path | str, poses: Path | str, target: TargetSpec, *, ca
     size = None
     for i, (name, pose) in enumerate(entries):
         progress("detecting", i, len(entries))
-        path = images / name
-        image = cv2.imread(str(path), cv2.IMREAD_GRAYSCALE) if path.is_file() else None
-        if image is None:
-            raise DatasetError(f"cannot read image {path} (named in {poses}): missing or not an image")
-        if size is not None and (image.shape[1], image.shape[0]) != size:
-            raise DatasetError(f"{path} is {image.shape[1]}x{image.shape[0]} px, the images before it "
+        detection, image_size = _detect(images / name, detector, f"named in {poses}")
+        if size is not None and image_size != size:
+            raise DatasetError(f"{images / name} is {image_size[0]}x{image_size[1]} px, the images before it "
                                f"{size[0]}x{size[1]}: every image must come from the same camera mode")
-        size = (image.shape[1], image.shape[0])
+        size = image_size
         transforms.append(pose)
+        detections.append(detection)
         labels.append(name)
-        try:
-            detections.append(detector.detect(image))
-        except TargetNotFound:
-            detections.append(None)
-    views, not_found = pair_views(transforms, detections, labels)
-    if len(views) < min_views:
-        raise DegenerateData(f"the target '{target.name}' was found in {len(views)} of {len(labels)} images "
-                             f"({min_views} needed); not found in {not_found}")
+    views, not_found = _paired(transforms, detections, labels, min_views, f"the target '{target.name}'")
     if camera is None:
         try:
             camera = calibrate_intrinsics([v.detection for v in views], size)
