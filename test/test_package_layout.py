@@ -72,6 +72,7 @@ PIP_ONLY = {
     "mcap": "mcap",
     "mcap_ros2": "mcap-ros2-support",
     "pxr": "usd-core",
+    "open3d": "open3d-cpu",
 }
 ISAAC_SIM_MODULE = "twinloop_sim.isaac_twin_bridge"
 ISAAC_SIM_ONLY = {"isaacsim", "omni"}

@@ -26,11 +26,13 @@ Segment = Union[JointTrajectory, Callable[[np.ndarray], JointTrajectory]]
 def simulate_session(workcell: WorkcellDescription, physics: WorkcellPhysics, segments: Sequence[Segment], *,
                      name: str = "synthetic", split: str = "fit", seed: int = 0, settle_s: float = 0.3,
                      chunk_s: float = 0.002, box_period_s: float = 0.02,
-                     command_jitter_s: float = 0.0) -> RecordedMotion:
+                     command_jitter_s: float = 0.0,
+                     on_chunk: Callable[[WorkcellSimulation], None] | None = None) -> RecordedMotion:
     """Play the segments one after another on the truth physics and record what a bag would hold.
 
     `command_jitter_s` > 0 delays each command's application by a random fraction of a
-    chunk after its recorded time, as DDS delivery to the workcell does.
+    chunk after its recorded time, as DDS delivery to the workcell does. `on_chunk(sim)` is
+    called after every chunk (e.g. to render the cameras at that instant's state).
     """
     sim = WorkcellSimulation(workcell, physics, seed=seed)
     rng = np.random.default_rng(seed + 1)
@@ -48,6 +50,8 @@ def simulate_session(workcell: WorkcellDescription, physics: WorkcellPhysics, se
         if (len(state_t) - 1) % box_every == 0:
             box_t.append(sim.time_s)
             box_pose.append(sim.box_qpos())
+        if on_chunk is not None:
+            on_chunk(sim)
 
     def run_until(end_s: float, due: list[tuple[float, float, np.ndarray]]) -> None:
         while sim.time_s < end_s - 1e-9:
