@@ -13,8 +13,8 @@ Per frame:
    in its own frame, from the last estimate, or, on a first detection, from the top face's
    centre and its minimum-area rectangle's yaw.
 4. The covariance from the fit's Jacobian, sigma^2 (J^T J)^-1 with sigma the fit's residual,
-   scaled and floored by numbers measured against the emulated cell's ground truth
-   (`config/box_tracker.yaml`; `bench/box_tracking.py` measures them): the depth noise of
+   scaled and floored by numbers set in `config/box_tracker.yaml` (test/test_box_tracking.py
+   checks the coverage against the emulated cell's ground truth): the depth noise of
    neighbouring pixels and the residual shape error are not independent, which the
    Jacobian alone assumes.
 
