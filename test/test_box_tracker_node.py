@@ -84,3 +84,4 @@ def test_tracked_pose_matches_ground_truth_at_the_same_stamps(tmp_path):
     assert np.median(errors_mm) <= 1.0 and errors_mm.max() <= 3.0
     assert all(np.all(np.linalg.eigvalsh(c) > 0) for *_, c in pairs)  # a covariance, positive definite
     assert int(values["frames_found"]) >= 30 and math.isfinite(float(values["latency_ms_median"]))
+    assert float(values["processing_ms_median"]) < float(values["latency_ms_median"])

@@ -3,7 +3,8 @@ through the envelope monitor, armed per played trajectory, and the identificatio
 holds the robot's topics from the start of the motion; a robot measured a hair beyond a
 joint limit (the gripper on its open stop) is moved from there without a fault.
 
-Processes: emulated workcell (cameras off) + envelope monitor (EnvelopeCell), recorder,
+Processes: emulated workcell (cameras off; on for the pushes, with the box tracker) + envelope
+monitor (EnvelopeCell), recorder,
 and the CLI itself, on one private localhost domain. The player's schedule is checked in
 this process.
 """
@@ -20,7 +21,10 @@ from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus
 
 from twinloop_builder.excitation import JointExcitationConfig, JointTrajectory, motion_limits
+from twinloop_builder.identification import IdentificationSettings
+from twinloop_builder.identification.data import push_windows
 from twinloop_builder.player_node import ExcitationPlayer, joint_ranges
+from twinloop_builder.recording import load_recording
 from twinloop_logging.bag_reader import Bag
 from twinloop_ros.testing import RELIABLE, EnvelopeCell, RosSession, fresh_domain_id, stamp_s
 from twinloop_ros.testing import NodeProcess, localhost_env
@@ -33,9 +37,9 @@ WATCHDOG_S = 0.25  # monitor watchdogs, as the demo's on a shared 2-core host
 FINGER = "panda_finger_joint1"  # URDF range [0, 0.04] m; home is its upper limit (open)
 
 
-def start_cell(log_dir, **monitor_parameters) -> EnvelopeCell:
+def start_cell(log_dir, workcell_parameters=None, **monitor_parameters) -> EnvelopeCell:
     cell = EnvelopeCell(log_dir, {"command_timeout_s": WATCHDOG_S, "joint_state_timeout_s": WATCHDOG_S,
-                                  **monitor_parameters})
+                                  **monitor_parameters}, workcell_parameters=workcell_parameters)
     cell.logs = log_dir
     cell.extra.append(NodeProcess("twinloop_logging.recorder_node", cell.domain_id,
                                   {"output_dir": str(log_dir / "bags")}, log_path=log_dir / "recorder.log"))
@@ -102,7 +106,10 @@ def test_a_monitor_fault_ends_excite_with_its_reason(tmp_path):
 
 
 def test_pushes_go_through_the_monitor_and_move_the_box(tmp_path):
-    cell = start_cell(tmp_path)
+    """The pushes start from where the box tracker sees the box (the static camera on)."""
+    cell = start_cell(tmp_path, workcell_parameters={"cameras_enabled": True})
+    cell.extra.append(NodeProcess("twinloop_perception.box_tracker_node", cell.domain_id, log_path=tmp_path / "tracker.log",
+                                  extra_args=["--params-file", str(default_config_dir() / "box_tracker.yaml")]))
     try:
         done = excite(cell, "--kind", "pushes", "--split", "fit")
         assert done.returncode == 0, done.stderr + cell.monitor.log()
@@ -115,6 +122,14 @@ def test_pushes_go_through_the_monitor_and_move_the_box(tmp_path):
         boxes = [m.msg.pose.position for m in bag.messages(["/twinloop/emulated_workcell/box_pose"])]
         moved = np.hypot(boxes[-1].x - boxes[0].x, boxes[-1].y - boxes[0].y)
         assert moved > 0.03, moved  # three pushes of 4-5 cm past contact
+        # the bag holds the tracked poses too, and the last one is where the box came to rest
+        tracked = [m.msg.pose.pose.position for m in bag.messages(["/twinloop/perception/box_pose"])]
+        assert len(tracked) > 20  # 15 Hz frames; fewer while the host is loaded (seen: 42 in 40 s)
+        assert np.hypot(tracked[-1].x - boxes[-1].x, tracked[-1].y - boxes[-1].y) < 0.002
+        # identification reads the tracked poses by default and finds each push in them
+        recording = load_recording(bag.path)
+        assert recording.box_source == "tracked" and len(recording.box_t) == len(tracked)
+        assert len(push_windows(recording, IdentificationSettings())) == 3
     finally:
         cell.close()
 

@@ -44,6 +44,8 @@ STACK: tuple[StackNode, ...] = (
     StackNode("calibration_server", "twinloop_calibration", "calibration_server",
               "twinloop_calibration.calibration_server_node", "calibration.yaml",
               description="hand-eye calibration action"),
+    StackNode("box_tracker", "twinloop_perception", "box_tracker", "twinloop_perception.box_tracker_node",
+              "box_tracker.yaml", description="the box's pose from the static camera (what identification reads)"),
     StackNode("twin_builder", "twinloop_builder", "twin_builder", "twinloop_builder.twin_builder_node", None,
               description="physics identification into new twin versions (build action)"),
     StackNode("replay_server", "twinloop_sim", "replay_server", "twinloop_sim.replay_node", None,

@@ -126,8 +126,10 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     if overlap:
         raise RecordingError(f"bags {sorted(overlap)} are given as both fit and held-out data; they never mix")
     progress("reading", 0.0, f"reading {len(fit_bags)} fit and {len(held_out_bags)} held-out bag(s)")
-    fit = [load_recording(p, expected_split="fit", min_duration_s=settings.min_duration_s) for p in fit_bags]
-    held_out = [load_recording(p, expected_split="held_out", min_duration_s=1.0) for p in held_out_bags]
+    fit = [load_recording(p, expected_split="fit", min_duration_s=settings.min_duration_s,
+                          box_source=settings.box_source) for p in fit_bags]
+    held_out = [load_recording(p, expected_split="held_out", min_duration_s=1.0, box_source=settings.box_source)
+                for p in held_out_bags]
     spec = mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE)))
     prior = parent.parameters.means()
     result = identify(spec, prior, fit, held_out=held_out, settings=settings, select=select,

@@ -11,13 +11,13 @@ from typing import Callable, Mapping, Sequence
 
 import mujoco
 import numpy as np
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import PoseWithCovarianceStamped
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import SessionId
 from twinloop_ros.clients import ClientError, EnvelopeClient, RecorderClient
 from twinloop_ros.qos import COMMANDS, SENSOR
-from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX
+from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, TRACKED_BOX_POSE_TOPIC
 from twinloop_twin.physics import COMMANDED_JOINTS
 
 from twinloop_builder.excitation import JointTrajectory, approach
@@ -50,13 +50,15 @@ class ExcitationPlayer:
     """
 
     def __init__(self, node: Node, *, command_topic: str = "/twinloop/builder/command",
-                 box_topic: str = "/twinloop/emulated_workcell/box_pose", joint_states_topic: str = "/joint_states",
+                 box_topic: str = TRACKED_BOX_POSE_TOPIC, joint_states_topic: str = "/joint_states",
                  limits: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
                  position_range: Mapping[str, tuple[float, float]] | None = None,
                  pause_lead: Mapping[str, float] | None = None, max_pause_s: float = 0.2) -> None:
         self.node = node
         self.publisher = node.create_publisher(JointState, command_topic, COMMANDS)
         self.box_xyz: np.ndarray | None = None
+        self.box_received = 0.0  # time.monotonic() of the last box pose
+        self.box_topic = box_topic
         # (speed, acceleration) limits: with them, play() first moves from the measured
         # position to the trajectory's start (see excitation.approach).
         self.limits = limits
@@ -71,12 +73,13 @@ class ExcitationPlayer:
         node.create_subscription(JointState, joint_states_topic,
                                  lambda msg: self.measured.update(zip(msg.name, msg.position)),
                                  SENSOR)
-        # In reality the box pose would come from perception; the emulated workcell publishes its truth.
-        node.create_subscription(PoseStamped, box_topic, self._on_box, 10)
+        # the box as the camera sees it (the box tracker): what a real cell has
+        node.create_subscription(PoseWithCovarianceStamped, box_topic, self._on_box, 10)
 
-    def _on_box(self, msg: PoseStamped) -> None:
-        p = msg.pose.position
+    def _on_box(self, msg: PoseWithCovarianceStamped) -> None:
+        p = msg.pose.pose.position
         self.box_xyz = np.array([p.x, p.y, p.z])
+        self.box_received = time.monotonic()
 
     def start_pose(self) -> dict[str, float]:
         """The measured pose, each joint clipped into its position range. A joint can read a
@@ -153,11 +156,15 @@ class ExcitationPlayer:
             time.sleep(0.02)
 
     def wait_for_box(self, timeout_s: float = 5.0) -> np.ndarray:
-        deadline = time.monotonic() + timeout_s
-        while self.box_xyz is None and time.monotonic() < deadline:
+        """The box's position from a pose received after this call (the box may just have been pushed)."""
+        asked = time.monotonic()
+        deadline = asked + timeout_s
+        while self.box_received <= asked and time.monotonic() < deadline:
             time.sleep(0.02)
-        if self.box_xyz is None:
-            raise PlayerError("no box pose received: is the workcell (or the box perception) running?")
+        if self.box_received <= asked:
+            raise PlayerError(f"no box pose on {self.box_topic} within {timeout_s:.0f} s: start the box tracker "
+                              "(`twinloop bringup` starts it) with the static camera running, and read "
+                              "/box_tracker/status for why it does not see the box")
         return self.box_xyz.copy()
 
 

@@ -17,11 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, simulated_topic
+from twinloop_twin.contract import APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, TRACKED_BOX_POSE_TOPIC, simulated_topic
 from twinloop_twin.physics import ALL_JOINTS, COMMANDED_JOINTS
 
 STATE_TOPIC = "/joint_states"
 COMMAND_TOPIC = "/joint_command"
+# Where the box's poses come from: the box tracker's (what a real cell has; the default) or
+# a simulator's ground truth (for tests and benchmarks that score identification).
+BOX_SOURCES = ("tracked", "ground_truth")
 
 
 class RecordingError(ValueError):
@@ -66,6 +69,7 @@ class RecordedMotion:
     path: str = ""
     sha256: str = ""
     command_timing: str = "applied"  # 'applied' (workcell's own stamps) or 'log' (recorder receive time)
+    box_source: str = "tracked"  # one of BOX_SOURCES
 
     @property
     def duration_s(self) -> float:
@@ -89,7 +93,8 @@ class RecordedMotion:
         b = (self.box_t >= start_s) & (self.box_t <= end_s)
         return RecordedMotion(name or f"{self.name}[{start_s:.1f},{end_s:.1f}]", self.state_t[s], self.position[s],
                          self.velocity[s], self.effort[s], self.command_t, self.command, self.box_t[b],
-                         self.box_pose[b], self.split, self.purpose, self.path, self.sha256, self.command_timing)
+                         self.box_pose[b], self.split, self.purpose, self.path, self.sha256, self.command_timing,
+                         self.box_source)
 
 
 def bag_sha256(path: Path | str) -> str:
@@ -106,8 +111,12 @@ def bag_sha256(path: Path | str) -> str:
 
 
 def load_recording(path: Path | str, *, expected_split: str | None = None, min_duration_s: float = 5.0,
-                   purposes: tuple[str, ...] = ("identification", "trial", "demonstration")) -> RecordedMotion:
+                   purposes: tuple[str, ...] = ("identification", "trial", "demonstration"),
+                   box_source: str = "tracked") -> RecordedMotion:
     """Read a bag recorded with the 'identification' (or 'trial') profile.
+
+    The box's poses are the box tracker's (`TRACKED_BOX_POSE_TOPIC`), or with
+    box_source='ground_truth' a simulator's own (tests and benchmarks only).
 
     Raises RecordingError subclasses: MissingTopic, WrongJointNames, WrongSplit, TooShort.
     """
@@ -162,14 +171,20 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
                 when_ns = int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec) if applied else message.log_time_ns
                 command_t.append((when_ns - t0) * 1e-9)
                 command.append([targets[j] for j in COMMANDED_JOINTS])
-            box_topic = simulated_topic(counts, BOX_POSE_SUFFIX)
+            if box_source not in BOX_SOURCES:
+                raise ValueError(f"box_source must be one of {BOX_SOURCES}, got {box_source!r}")
+            box_topic = (simulated_topic(counts, BOX_POSE_SUFFIX) if box_source == "ground_truth"
+                         else TRACKED_BOX_POSE_TOPIC if counts.get(TRACKED_BOX_POSE_TOPIC) else None)
             box_t, box_pose = np.zeros(0), np.zeros((0, 7))
             if box_topic:
-                poses = [m.msg for m in bag.messages([box_topic])]
+                stamped = [m.msg for m in bag.messages([box_topic])]
                 box_t = np.array([(int(p.header.stamp.sec) * 1_000_000_000 + int(p.header.stamp.nanosec) - t0) * 1e-9
-                                  for p in poses])
-                box_pose = np.array([[p.pose.position.x, p.pose.position.y, p.pose.position.z, p.pose.orientation.w,
-                                      p.pose.orientation.x, p.pose.orientation.y, p.pose.orientation.z] for p in poses])
+                                  for p in stamped])
+                poses = [p.pose.pose if box_topic == TRACKED_BOX_POSE_TOPIC else p.pose for p in stamped]
+                box_pose = np.array([[p.position.x, p.position.y, p.position.z, p.orientation.w,
+                                      p.orientation.x, p.orientation.y, p.orientation.z] for p in poses])
+                order = np.argsort(box_t, kind="stable")
+                box_t, box_pose = box_t[order], box_pose[order]
     except BagError as error:
         raise RecordingError(str(error)) from error
     order = np.argsort(command_t, kind="stable")
@@ -182,7 +197,7 @@ def load_recording(path: Path | str, *, expected_split: str | None = None, min_d
     recording = RecordedMotion(path.name, state_t, position, velocity, effort, command_t,
                           np.asarray(command, dtype=float).reshape(-1, len(COMMANDED_JOINTS))[order],
                           box_t, box_pose, split or "fit", purpose or "identification", str(path), bag_sha256(path),
-                          "applied" if applied else "log")
+                          "applied" if applied else "log", box_source)
     check_recording(recording, min_duration_s=min_duration_s)
     return recording
 

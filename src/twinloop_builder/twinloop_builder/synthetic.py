@@ -81,7 +81,7 @@ def simulate_session(workcell: WorkcellDescription, physics: WorkcellPhysics, se
         run_until(start + trajectory.duration_s + settle_s, due)
     return RecordedMotion(name, np.array(state_t), np.array(position), np.array(velocity), np.array(effort),
                      np.array(command_t), np.array(command), np.array(box_t), np.array(box_pose), split,
-                     "identification", f"synthetic:{name}", "")
+                     "identification", f"synthetic:{name}", "", box_source="ground_truth")
 
 
 def write_bag(recording: RecordedMotion, path, *, split: str | None = None, purpose: str = "identification",

@@ -5,13 +5,16 @@ color and depth frames by stamp, and publishes for every pair:
 - `/twinloop/perception/box_pose` geometry_msgs/PoseWithCovarianceStamped in `world`,
   stamped with the image's time (only when the box is found);
 - `~/status` twinloop_interfaces/SystemStatus (latched): found or lost with the reason,
-  the frames tracked and lost, and the latency from image stamp to publish;
+  the frames tracked and lost, the latency from image stamp to publish (the camera's own
+  delay included) and the tracker's own processing time;
 - `~/markers` visualization_msgs/MarkerArray: the tracked box in RViz.
 The camera's pose in `world` comes from the URDF mount, or from an eye-to-hand
 calibration file (`calibration_file`, written by `twinloop calibrate`) when given.
 Parameters: config/box_tracker.yaml.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 from diagnostic_msgs.msg import KeyValue
@@ -27,11 +30,10 @@ from twinloop_perception.camera_pose import CameraPoseError, world_T_camera
 from twinloop_ros.messages import image_to_numpy
 from twinloop_ros.node import StartupError, declare, run_node
 from twinloop_ros.qos import IMAGES, LATCHED, RELIABLE
-from twinloop_twin.contract import ContractTopics
+from twinloop_twin.contract import TRACKED_BOX_POSE_TOPIC, ContractTopics
 from twinloop_twin.kinematics import matrix_to_quaternion_xyzw
 from twinloop_twin.workcell import ExampleRobotDataMissing, WorkcellConfigError, load_workcell
 
-BOX_POSE_TOPIC = "/twinloop/perception/box_pose"
 WORLD_FRAME = "world"
 
 
@@ -74,13 +76,14 @@ class BoxTrackerNode(Node):
         self.pending: dict[str, dict[int, Image]] = {"color": {}, "depth": {}}
         self.counts = {"found": 0, "lost": 0}
         self.was_found = False
-        self.latencies_s: list[float] = []
+        self.latencies_s: list[float] = []  # image stamp to publish (the camera's own delay included)
+        self.processing_s: list[float] = []  # the tracker's own share: frame received to pose out
         topics = ContractTopics.camera(p["camera"])
         self.create_subscription(Image, topics["color"], lambda m: self.on_image("color", m), IMAGES)
         self.create_subscription(Image, topics["depth"], lambda m: self.on_image("depth", m), IMAGES)
         self.create_subscription(CameraInfo, topics["color_info"], self.on_info, IMAGES)
         # pose: every estimate counts (identification reads them), hence reliable
-        self.pose_pub = self.create_publisher(PoseWithCovarianceStamped, BOX_POSE_TOPIC, RELIABLE)
+        self.pose_pub = self.create_publisher(PoseWithCovarianceStamped, TRACKED_BOX_POSE_TOPIC, RELIABLE)
         self.status_pub = self.create_publisher(SystemStatus, "~/status", LATCHED)
         self.marker_pub = self.create_publisher(MarkerArray, "~/markers", RELIABLE)
         self.get_logger().info(f"tracking the box from {p['camera']} ({topics['color']}, {topics['depth']}); "
@@ -104,6 +107,7 @@ class BoxTrackerNode(Node):
             self.track(pair["color"], pair["depth"])
 
     def track(self, color: Image, depth: Image) -> None:
+        started = time.perf_counter()
         try:
             estimate = self.tracker.update(image_to_numpy(color), image_to_numpy(depth))
         except BoxTrackingError as error:
@@ -111,6 +115,7 @@ class BoxTrackerNode(Node):
             return
         latency_s = (self.get_clock().now() - Time.from_msg(color.header.stamp)).nanoseconds * 1e-9
         self.latencies_s = (self.latencies_s + [latency_s])[-100:]
+        self.processing_s = (self.processing_s + [time.perf_counter() - started])[-100:]
         if not estimate.found:
             self.counts["lost"] += 1
             if self.counts["lost"] % 15 == 1 or self.was_found:
@@ -145,10 +150,12 @@ class BoxTrackerNode(Node):
         msg = SystemStatus(component=self.get_name(), level=level, message=message)
         msg.header.stamp = self.get_clock().now().to_msg()
         latency = np.percentile(self.latencies_s, [50, 95]) if self.latencies_s else (float("nan"),) * 2
+        processing = np.percentile(self.processing_s, 50) if self.processing_s else float("nan")
         msg.values = [KeyValue(key="frames_found", value=str(self.counts["found"])),
                       KeyValue(key="frames_lost", value=str(self.counts["lost"])),
                       KeyValue(key="latency_ms_median", value=f"{latency[0] * 1e3:.1f}"),
-                      KeyValue(key="latency_ms_p95", value=f"{latency[1] * 1e3:.1f}")]
+                      KeyValue(key="latency_ms_p95", value=f"{latency[1] * 1e3:.1f}"),
+                      KeyValue(key="processing_ms_median", value=f"{processing * 1e3:.1f}")]
         self.status_pub.publish(msg)
 
 

@@ -73,6 +73,7 @@ class BoxTrackerSettings:
     initial_xy_m: tuple[float, float] | None = None  # m, in `world`
     initial_search_radius_m: float = 0.25  # m
     min_points: int = 60  # fewer box points: lost
+    max_points: int = 1000  # more are thinned evenly before the fit (its cost grows with them)
     icp_coarse_distance_m: float = 0.03  # m, first pass: the box may have moved this far since the last frame
     icp_max_distance_m: float = 0.01  # m, final pass: correspondences farther apart are ignored
     icp_iterations: int = 30
@@ -99,7 +100,7 @@ class BoxTrackerSettings:
         if len(self.size_m) != 3 or min(self.size_m) <= 0:
             raise BoxTrackingError(f"box size_m must be three positive edge lengths in m, got {self.size_m!r}")
         positive = ("search_radius_m", "initial_search_radius_m", "icp_coarse_distance_m", "icp_max_distance_m", "max_rms_m", "model_spacing_m", "covariance_scale",
-                    "min_points", "icp_iterations", "max_rms_ratio", "resting_height_std_m", "resting_tilt_std_rad")
+                    "min_points", "max_points", "icp_iterations", "max_rms_ratio", "resting_height_std_m", "resting_tilt_std_rad")
         for name in positive:
             if values[name] <= 0:
                 raise BoxTrackingError(f"box tracker setting {name} must be > 0, got {values[name]!r}")
@@ -197,6 +198,8 @@ class BoxTracker:
         elif s.initial_xy_m is not None:
             world = world[np.linalg.norm(world[:, :2] - np.asarray(s.initial_xy_m), axis=1) < s.initial_search_radius_m]
         world = _around_median(world, float(np.linalg.norm(s.size_m)))
+        if len(world) > s.max_points:
+            world = world[np.linspace(0, len(world) - 1, s.max_points).astype(int)]
         if len(world) < s.min_points:
             self.last = None
             return BoxEstimate(LOST, f"{len(world)} box points in view (at least {s.min_points} needed): "

@@ -38,14 +38,18 @@ class ContractTopics:
 # keep them); a real driver has neither. Each accepted command, stamped with the physics
 # time it took effect at (a recorder's receive time can be ms off on a loaded host):
 APPLIED_COMMAND_SUFFIX = "/applied_command"
-# The box's ground-truth pose (on a real workcell, perception publishes it):
+# The box's ground-truth pose (a simulator's; tests and benchmarks score stages with it):
 BOX_POSE_SUFFIX = "/box_pose"
+# The box's pose as the cameras see it (twinloop_perception's box tracker,
+# geometry_msgs/PoseWithCovarianceStamped): what the loop's stages read, on any workcell.
+TRACKED_BOX_POSE_TOPIC = "/twinloop/perception/box_pose"
 
 
 def simulated_topic(topics: Mapping[str, int], suffix: str) -> str | None:
-    """The first `/twinloop/.../<suffix>` topic with messages, from {topic: message count}."""
-    return next((t for t in sorted(topics) if t.startswith("/twinloop/") and t.endswith(suffix) and topics[t] > 0),
-                None)
+    """The first `/twinloop/.../<suffix>` topic with messages, from {topic: message count}
+    (never the tracked box pose: it is measured, not simulated)."""
+    return next((t for t in sorted(topics) if t.startswith("/twinloop/") and t.endswith(suffix) and topics[t] > 0
+                 and t != TRACKED_BOX_POSE_TOPIC), None)
 
 
 class CommandRejected(ValueError):

@@ -55,6 +55,9 @@ class IdentificationSettings:
     min_duration_s: float = 5.0
     push_margin_s: tuple[float, float] = (0.4, 0.8)  # s before / after the box moves
     box_speed_threshold_m_s: float = 0.01
+    # the box's poses: 'tracked' (the box tracker's, recorded from the camera: what a real cell
+    # has) or 'ground_truth' (a simulator's own; only for tests and benchmarks that score this)
+    box_source: str = "tracked"
     push_max_evaluations: int = 150  # Nelder-Mead budget of the push stage (~0.1 s per evaluation and push)
     push_surface_samples: int = 40  # cost samples of the push stage's response surface
     push_surface_radius: float = 0.1  # half-width of the sampled region, in log-multipliers (~ +-10 %)

@@ -1,0 +1,129 @@
+"""Geometry from a wrist-camera scan of the emulated cell, against its true geometry.
+
+Ten wrist-camera views (home and joint-space variations of it: the arm swung left and
+right, the hand higher and lower) are rendered with the truth's depth noise; each view's
+camera pose is forward kinematics of the joint positions with the URDF's camera mount, as
+a scan reads them from joint states and the hand-eye calibration. The frames are fused
+(TSDF, Open3D VoxelBlockGrid) and segmented (table plane, objects on it). Ground truth
+(the table's height, the box's pose and size) scores the result only.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must precede `import mujoco`
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from scipy.spatial.transform import Rotation  # noqa: E402
+
+from twinloop_builder.geometry.fusion import FusionError, FusionSettings, PosedFrame, fuse  # noqa: E402
+from twinloop_builder.geometry.objects import SegmentationSettings, segment_table  # noqa: E402
+from twinloop_perception.box_tracking import symmetric_rotation_error_rad  # noqa: E402
+from twinloop_sim.workcell_sim import CameraRig, WorkcellSimulation  # noqa: E402
+from twinloop_twin.kinematics import UrdfTransforms  # noqa: E402
+from twinloop_twin.physics import load_physics  # noqa: E402
+from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E402
+
+TABLE_REGION = ((0.1, 1.0), (-0.6, 0.6))  # m, world xy: the table in front of the robot
+
+
+def scan_views(home: dict[str, float]) -> list[dict[str, float]]:
+    views = [dict(home)]
+    for swing in (-0.35, 0.0, 0.35):
+        for elbow, wrist in ((-2.356, 1.571), (-2.0, 1.9), (-2.6, 1.3)):
+            views.append(dict(home, panda_joint1=home["panda_joint1"] + swing, panda_joint4=elbow, panda_joint6=wrist))
+    return views
+
+
+@pytest.fixture(scope="module")
+def scan():
+    workcell = load_workcell()
+    truth = load_physics(default_config_dir() / "emulated_truth.yaml")
+    sim = WorkcellSimulation(workcell, truth)
+    kinematics = UrdfTransforms(workcell.urdf_xml)
+    camera = workcell.cameras["wrist_camera"]
+    rig = CameraRig(sim.model, {"wrist_camera": camera}, truth.noise, seed=4)
+    frames = []
+    for index, joints in enumerate(scan_views(workcell.home_joint_positions)):
+        qpos = sim.data.qpos.copy()
+        for column, name in enumerate(sim.joint_names):
+            qpos[sim.qpos_addresses[column]] = joints[name]
+        rig.set_state(qpos)
+        color, depth = rig.render("wrist_camera")
+        frames.append(PosedFrame(color, depth, np.array(camera.camera_matrix),
+                                 kinematics.world_T_link(camera.color_optical_frame, joints), name=f"view {index}"))
+    rig.close()
+    surface = fuse(frames, FusionSettings(depth_max_m=1.5))
+    segmentation = segment_table(surface.vertices, SegmentationSettings(region_xy_m=TABLE_REGION))
+    return workcell, sim.box_qpos(), frames, surface, segmentation
+
+
+def test_the_box_is_found_within_5_mm_and_3_deg_with_its_size_within_5_mm(scan):
+    workcell, box_truth, _, _, segmentation = scan
+    box = min(segmentation.objects, key=lambda o: np.linalg.norm(o.world_T_object[:3, 3] - box_truth[:3]))
+    rotation = Rotation.from_quat([box_truth[4], box_truth[5], box_truth[6], box_truth[3]]).as_matrix()
+    error_mm = np.linalg.norm(box.world_T_object[:3, 3] - box_truth[:3]) * 1e3
+    angle_deg = np.degrees(symmetric_rotation_error_rad(box.world_T_object[:3, :3], rotation, workcell.box.size_m))
+    size_error_mm = np.abs(np.sort(box.size_m) - np.sort(workcell.box.size_m)) * 1e3
+    print(f"{len(segmentation.objects)} objects; box {error_mm:.2f} mm / {angle_deg:.2f} deg from the truth, "
+          f"size {np.round(box.size_m * 1e3, 1).tolist()} mm (errors {np.round(size_error_mm, 1).tolist()})")
+    assert error_mm <= 5.0 and angle_deg <= 3.0
+    assert np.all(size_error_mm <= 5.0)
+
+
+def test_the_table_plane_is_the_true_table_top(scan):
+    workcell, *_, segmentation = scan
+    normal, offset = segmentation.plane[:3], segmentation.plane[3]
+    tilt_deg = np.degrees(np.arccos(normal[2]))
+    print(f"table plane: height {-offset * 1e3:.2f} mm (truth {workcell.table_top_height_m * 1e3:.0f}), "
+          f"tilt {tilt_deg:.3f} deg")
+    assert abs(-offset - workcell.table_top_height_m) <= 0.002 and tilt_deg <= 0.5
+
+
+def test_fused_surface_lies_on_the_true_table_and_box(scan):
+    """Accuracy: fused vertices over the table (away from the board's 3 mm and the box) are on
+    the true table plane; those of the box on its true faces. Completeness: the box's true
+    top face is covered."""
+    workcell, box_truth, _, surface, segmentation = scan
+    (x0, x1), (y0, y1) = TABLE_REGION
+    vertices = surface.vertices
+    in_region = (vertices[:, 0] > x0) & (vertices[:, 0] < x1) & (vertices[:, 1] > y0) & (vertices[:, 1] < y1)
+    rotation = Rotation.from_quat([box_truth[4], box_truth[5], box_truth[6], box_truth[3]]).as_matrix()
+    local = (vertices - box_truth[:3]) @ rotation
+    half = np.asarray(workcell.box.size_m) / 2
+    outside = np.maximum(np.abs(local) - half, 0.0)
+    inside = np.minimum(np.max(np.abs(local) - half, axis=1), 0.0)
+    box_distance = np.linalg.norm(outside, axis=1) + np.abs(inside)
+    table_distance = np.abs(vertices[:, 2] - workcell.table_top_height_m)
+    near_box = box_distance < 0.03
+    table = in_region & ~near_box & (vertices[:, 2] < workcell.table_top_height_m + 0.02)
+    on_box = in_region & near_box & (vertices[:, 2] > workcell.table_top_height_m + 0.01)
+    distance = np.minimum(table_distance, box_distance)
+    print(f"table: {table.sum()} vertices, median {np.median(distance[table]) * 1e3:.2f} mm "
+          f"(the board stands 3 mm proud), p90 {np.percentile(distance[table], 90) * 1e3:.2f}; box: {on_box.sum()} "
+          f"vertices, median {np.median(box_distance[on_box]) * 1e3:.2f} mm, p90 "
+          f"{np.percentile(box_distance[on_box], 90) * 1e3:.2f}")
+    assert np.median(distance[table]) <= 2.0 and np.percentile(distance[table], 90) <= 4.0
+    assert np.median(box_distance[on_box]) <= 2.0 and np.percentile(box_distance[on_box], 90) <= 5.0
+    u, v = np.meshgrid(np.linspace(-0.8, 0.8, 9) * half[0], np.linspace(-0.8, 0.8, 9) * half[1])
+    top = np.column_stack([u.ravel(), v.ravel(), np.full(u.size, half[2])]) @ rotation.T + box_truth[:3]
+    gaps = np.array([np.min(np.linalg.norm(vertices[on_box] - p, axis=1)) for p in top])
+    print(f"box top face covered: farthest of 81 samples from a vertex {gaps.max() * 1e3:.2f} mm")
+    assert gaps.max() <= 6.0e-3
+
+
+def test_bad_frames_are_refused_with_the_reason(scan):
+    _, _, frames, _, _ = scan
+    good = frames[0]
+    with pytest.raises(FusionError, match="principal point"):
+        fuse([PosedFrame(good.color, good.depth_mm, good.camera_matrix * [[1, 1, 10], [1, 1, 10], [1, 1, 1]],
+                         good.world_T_camera, "wrong intrinsics")])
+    with pytest.raises(FusionError, match="no depth"):
+        fuse([PosedFrame(good.color, np.zeros_like(good.depth_mm), good.camera_matrix, good.world_T_camera, "empty")])
+    with pytest.raises(FusionError, match="not one aligned pair"):
+        fuse([PosedFrame(good.color[:240], good.depth_mm, good.camera_matrix, good.world_T_camera, "half")])
+    with pytest.raises(FusionError, match="not a rigid"):
+        fuse([PosedFrame(good.color, good.depth_mm, good.camera_matrix, good.world_T_camera * 2.0, "scaled")])
+    with pytest.raises(FusionError, match="no frames"):
+        fuse([])
