@@ -9,19 +9,25 @@ a scan reads them from joint states and the hand-eye calibration. The frames are
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must precede `import mujoco`
 
+import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import yaml  # noqa: E402
 from scipy.spatial.transform import Rotation  # noqa: E402
 
 from twinloop_builder.geometry.fusion import FusionError, FusionSettings, PosedFrame, fuse  # noqa: E402
-from twinloop_builder.geometry.objects import SegmentationSettings, segment_table  # noqa: E402
+from twinloop_builder.geometry.assembly import GeometryBuildError, build_geometry_twin  # noqa: E402
+from twinloop_builder.geometry.objects import SegmentationSettings, TableObject, segment_table  # noqa: E402
 from twinloop_perception.box_tracking import symmetric_rotation_error_rad  # noqa: E402
 from twinloop_sim.workcell_sim import CameraRig, WorkcellSimulation  # noqa: E402
 from twinloop_twin.kinematics import UrdfTransforms  # noqa: E402
+from twinloop_twin.bundle import load_twin_version  # noqa: E402
+from twinloop_twin.nominal import build_nominal_twin, load_scene, load_twin_workcell, scene_files, twin_geometry  # noqa: E402
 from twinloop_twin.physics import load_physics  # noqa: E402
 from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E402
 
@@ -127,3 +133,49 @@ def test_bad_frames_are_refused_with_the_reason(scan):
         fuse([PosedFrame(good.color, good.depth_mm, good.camera_matrix, good.world_T_camera * 2.0, "scaled")])
     with pytest.raises(FusionError, match="no frames"):
         fuse([])
+
+
+def test_the_scan_becomes_the_next_twin_version_whose_scene_steps_cleanly(scan, tmp_path):
+    workcell, box_truth, frames, surface, segmentation = scan
+    build_nominal_twin(tmp_path, "emulated")
+    # an object the description lacks, beside what the scan found: a 10 cm block on the table
+    block = TableObject(np.eye(4), np.array([0.10, 0.08, 0.10]), np.zeros((200, 3)))
+    block.world_T_object[:3, 3] = [0.62, 0.22, workcell.table_top_height_m + 0.05]
+    extended = dataclasses.replace(segmentation, objects=[*segmentation.objects, block])
+    twin, report = build_geometry_twin(tmp_path, "emulated", surface, extended, source={"frames": len(frames)})
+    print(yaml.safe_dump(report, sort_keys=False))
+    assert twin.version == 1 and twin.manifest.provenance.created_by == "geometry"
+    assert twin.manifest.provenance.parent_version == 0
+    assert twin.parameters.means() == load_twin_version(tmp_path, "emulated", 0).parameters.means()  # physics inherited
+    layer = twin_geometry(twin)
+    assert abs(layer.table_top_height_m - workcell.table_top_height_m) <= 0.002
+    assert np.linalg.norm(np.array(layer.box_position_m) - box_truth[:3]) <= 0.005
+    # the board and the static camera's stand are described already; only the block is new
+    taken = [o["taken_for"] for o in report["objects"]]
+    assert "new static object object_0" in taken and sum("new static" in t for t in taken) == 1, taken
+    assert 0.97 <= report["box"]["size_ratio_to_description"] <= 1.01
+    model = load_scene(twin)
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+    box_qpos = slice(*[model.jnt_qposadr[model.body("box").jntadr[0]] + i for i in (0, 7)])
+    np.testing.assert_allclose(data.qpos[box_qpos][:3], layer.box_position_m, atol=1e-9)
+    mujoco.mj_step(model, data, nstep=1000)
+    assert all(w.number == 0 for w in data.warning), [(i, w.number) for i, w in enumerate(data.warning) if w.number]
+    assert np.linalg.norm(data.qpos[box_qpos][:3] - np.array(layer.box_position_m)) < 0.002  # it rests where scanned
+    block_geom = model.geom("scanned_object_0_collision")
+    assert model.geom_contype[block_geom.id] and block_geom.size[0] == pytest.approx(0.05)
+    # a later identification's scene keeps the geometry: the layer travels as an input
+    files = scene_files(load_twin_workcell(twin), load_physics(twin.file_path("inputs/physics.yaml")), layer)
+    assert b"scanned_object_0" in files["scene.xml"] and "inputs/geometry.yaml" in files
+
+
+def test_a_scan_without_the_box_or_with_the_table_off_is_refused(scan, tmp_path):
+    workcell, _, _, surface, segmentation = scan
+    build_nominal_twin(tmp_path, "emulated")
+    no_box = dataclasses.replace(segmentation, objects=[o for o in segmentation.objects if o.height_m > 0.1])
+    with pytest.raises(GeometryBuildError, match="no scanned object has the box's size"):
+        build_geometry_twin(tmp_path, "emulated", surface, no_box)
+    lowered = dataclasses.replace(segmentation, plane=segmentation.plane + np.array([0, 0, 0, 0.05]))
+    with pytest.raises(GeometryBuildError, match="check the camera poses"):
+        build_geometry_twin(tmp_path, "emulated", surface, lowered)
+    assert [p.name for p in (tmp_path / "emulated").iterdir() if not p.name.startswith(".")] == ["v0"]

@@ -15,7 +15,7 @@ import mujoco
 import yaml
 
 from twinloop_twin.bundle import Provenance, SourceBag, TwinBundle, load_twin_version, write_twin_version
-from twinloop_twin.nominal import SCENE_FILE, load_twin_workcell, scene_files
+from twinloop_twin.nominal import SCENE_FILE, load_twin_workcell, scene_files, twin_geometry
 from twinloop_twin.parameters import Parameter, ParameterSet
 from twinloop_twin.physics import load_physics, physics_from_dict, physics_to_dict
 from twinloop_twin.scene import TIMESTEP_S
@@ -140,7 +140,7 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     raw = physics_with(physics_to_dict(parent_physics), parameters.means())
     physics = physics_from_dict(raw, source="identified")
     twin_workcell = load_twin_workcell(parent)
-    files = scene_files(twin_workcell, physics)
+    files = scene_files(twin_workcell, physics, twin_geometry(parent))  # the parent's measured geometry stays
     files["inputs/physics.yaml"] = ("# Identified by twinloop_builder from the bags in twin.yaml provenance.\n"
                                     + yaml.safe_dump(raw, sort_keys=False)).encode()
     files["inputs/workcell.yaml"] = parent.file_path("inputs/workcell.yaml")

@@ -23,6 +23,7 @@ from twinloop_twin.bundle import (
     sha256_of,
     write_twin_version,
 )
+from twinloop_twin.geometry_layer import GEOMETRY_FILE, GeometryLayer, load_geometry_layer
 from twinloop_twin.parameters import Parameter, ParameterSet
 from twinloop_twin.physics import ARM_JOINTS, WorkcellPhysics, load_physics
 from twinloop_twin.scene import build_workcell_spec
@@ -63,11 +64,13 @@ def physics_parameters(physics: WorkcellPhysics, *, source: str) -> ParameterSet
     return ParameterSet(items)
 
 
-def scene_files(workcell: WorkcellDescription, physics: WorkcellPhysics) -> dict[str, bytes | Path]:
-    """The MJCF scene with its meshes and textures, relocated into the bundle."""
+def scene_files(workcell: WorkcellDescription, physics: WorkcellPhysics,
+                geometry: GeometryLayer | None = None) -> dict[str, bytes | Path]:
+    """The MJCF scene with its meshes and textures, relocated into the bundle (with the
+    measured geometry layer applied, and kept as an input, when there is one)."""
     # MjSpec.to_xml() compiles, so it needs the assets where they are now; the file
     # references are rewritten to bundle-relative paths in the written XML instead.
-    scene = ET.fromstring(build_workcell_spec(workcell, physics).to_xml())
+    scene = ET.fromstring(build_workcell_spec(workcell, physics, geometry=geometry).to_xml())
     files: dict[str, bytes | Path] = {}
     for kind, folder in (("mesh", "meshes"), ("texture", "textures")):
         for element in scene.iter(kind):
@@ -82,7 +85,14 @@ def scene_files(workcell: WorkcellDescription, physics: WorkcellPhysics) -> dict
             del compiler.attrib[attribute]
     files[SCENE_FILE] = ET.tostring(scene, encoding="unicode").encode()
     files[URDF_FILE] = workcell.urdf_xml.encode()
+    if geometry is not None:
+        files[GEOMETRY_FILE] = geometry.to_yaml().encode()
     return files
+
+
+def twin_geometry(bundle: TwinBundle) -> GeometryLayer | None:
+    """The measured geometry layer a twin version carries, if any."""
+    return load_geometry_layer(bundle.file_path(GEOMETRY_FILE)) if GEOMETRY_FILE in bundle.manifest.files else None
 
 
 class NominalTwinMismatch(TwinError):

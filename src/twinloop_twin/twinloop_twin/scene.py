@@ -39,6 +39,7 @@ from typing import Iterable, Sequence
 import mujoco
 import numpy as np
 
+from twinloop_twin.geometry_layer import GeometryLayer, apply_to_spec, with_measured_box
 from twinloop_twin.physics import ARM_JOINTS, COMMANDED_JOINTS, FINGER_JOINTS, WorkcellPhysics
 from twinloop_twin.workcell import CharucoBoardSpec, WorkcellDescription, urdf_for_mujoco
 
@@ -74,7 +75,12 @@ _PANDA_WHITE = (0.92, 0.92, 0.92, 1.0)
 
 
 def build_workcell_spec(workcell: WorkcellDescription, physics: WorkcellPhysics, *,
-                        max_command_delay_s: float = MAX_COMMAND_DELAY_S) -> mujoco.MjSpec:
+                        max_command_delay_s: float = MAX_COMMAND_DELAY_S,
+                        geometry: GeometryLayer | None = None) -> mujoco.MjSpec:
+    """The workcell's MuJoCo scene; with a measured `geometry` layer on top (table height,
+    the box's start pose, scanned objects) when the twin has one."""
+    if geometry is not None:
+        workcell = with_measured_box(workcell, geometry)
     spec = _import_urdf(workcell.urdf_xml)
     spec.modelname = "twinloop_workcell"
     _set_options(spec)
@@ -88,6 +94,8 @@ def build_workcell_spec(workcell: WorkcellDescription, physics: WorkcellPhysics,
     _add_environment(spec)
     _add_charuco_texture(spec, workcell.board)
     _add_home_keyframe(spec, workcell)
+    if geometry is not None:
+        apply_to_spec(spec, geometry)
     return spec
 
 
