@@ -1,7 +1,9 @@
 """The builder README's sequence, run as the README writes it: `twinloop bringup` with the
-README's arguments, then the fit excitation, the held-out excitation and the pushes, each
-`twinloop build excite` exactly as the README shows it. Each ends without a monitor
-fault and leaves an identification bag with the robot's topics from before the motion.
+README's arguments, then the fit excitation, the held-out excitation, the pushes and the
+scan, each `twinloop build excite` exactly as the README shows it, and `twinloop build
+geometry` on the scan. Each excitation ends without a monitor fault and leaves a bag with
+the robot's topics from before the motion; the geometry build writes the next twin version
+with the box where the workcell put it.
 
 Everything runs as subprocesses in a temporary working folder (the recorder writes
 `bags/` there, as it would in the user's folder) on a private localhost domain.
@@ -22,6 +24,9 @@ from twinloop_interfaces.msg import EnvelopeStatus
 from twinloop_logging.bag_reader import Bag
 from twinloop_ros.qos import LATCHED
 from twinloop_ros.testing import RosProbe, fresh_domain_id, localhost_env
+from twinloop_twin.bundle import load_twin_version
+from twinloop_twin.nominal import twin_geometry
+from twinloop_twin.workcell import load_workcell
 
 pytestmark = pytest.mark.ros
 
@@ -39,7 +44,7 @@ def readme_commands() -> list[str]:
     block = block[:block.index("```")]
     lines = [line.split("#")[0].strip().rstrip("&").strip() for line in block.splitlines()]
     return [line for line in lines if line.startswith(("twinloop bringup", "twinloop monitor status",
-                                                       "twinloop build excite"))]
+                                                       "twinloop build excite", "twinloop build geometry"))]
 
 
 def run(command: str) -> list[str]:
@@ -48,14 +53,14 @@ def run(command: str) -> list[str]:
     return [str(TWINLOOP) if TWINLOOP.exists() else "twinloop", *argv[1:]]
 
 
-def test_the_readme_sequence_records_three_bags_without_a_fault(tmp_path):
+def test_the_readme_sequence_records_four_bags_without_a_fault_and_builds_the_geometry(tmp_path):
     commands = readme_commands()
     assert [c.split()[:3] for c in commands] == [["twinloop", "bringup", "--without"],
                                                  ["twinloop", "monitor", "status"]] + \
-        [["twinloop", "build", "excite"]] * 3, commands
-    bringup, status_check, excitations = commands[0], commands[1], commands[2:]
+        [["twinloop", "build", "excite"]] * 4 + [["twinloop", "build", "geometry"]], commands
+    bringup, status_check, excitations, geometry = commands[0], commands[1], commands[2:6], commands[6]
     assert {re.search(r"--kind (\w+)", c).group(1) + "/" + re.search(r"--split (\w+)", c).group(1)
-            for c in excitations} == {"joints/fit", "joints/held_out", "pushes/fit"}, excitations
+            for c in excitations} == {"joints/fit", "joints/held_out", "pushes/fit", "scan/fit"}, excitations
 
     domain = fresh_domain_id()
     env = localhost_env(domain)
@@ -90,6 +95,12 @@ def test_the_readme_sequence_records_three_bags_without_a_fault(tmp_path):
             bags[command] = path if path.is_absolute() else tmp_path / path
         # No command was refused over the whole sequence.
         assert statuses[-1][1].commands_rejected == 0, statuses[-1][1]
+        # The scan into the next twin version (no ROS needed; here while the stack still runs)
+        scan_bag = next(path for command, path in bags.items() if "--kind scan" in command)
+        built = subprocess.run(run(geometry.replace("bags/<scan>", str(scan_bag))), cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=300)
+        print(built.stdout, built.stderr[-2000:])
+        assert built.returncode == 0, built.stderr
     finally:
         probe.close()
         stack.send_signal(signal.SIGINT)
@@ -97,9 +108,26 @@ def test_the_readme_sequence_records_three_bags_without_a_fault(tmp_path):
         log.close()
     assert code == 0, (tmp_path / "bringup.log").read_text()
 
-    assert len(set(bags.values())) == 3
+    assert len(set(bags.values())) == 4
+    # the geometry: the box where the pushes left it (the emulated ground truth at the end of
+    # the pushes bag; the scan does not touch the box)
+    twin = load_twin_version(tmp_path / "twins", "emulated")
+    layer = twin_geometry(twin)
+    workcell = load_workcell()
+    pushes_bag = next(path for command, path in bags.items() if "--kind pushes" in command)
+    with Bag(pushes_bag) as bag:
+        rest = [m.msg.pose.position for m in bag.messages(["/twinloop/emulated_workcell/box_pose"])][-1]
+    assert twin.manifest.provenance.created_by == "geometry"
+    error_mm = np.linalg.norm(np.array(layer.box_position_m) - [rest.x, rest.y, rest.z]) * 1e3
+    print(f"scanned box {error_mm:.2f} mm from where the pushes left it")
+    assert error_mm < 5.0, layer
+    assert abs(layer.table_top_height_m - workcell.table_top_height_m) < 0.002, layer
     for command, path in bags.items():
         kind = re.search(r"--kind (\w+)", command).group(1)
+        if kind == "scan":
+            with Bag(path) as bag:
+                assert bag.topics["/wrist_camera/depth/image_rect_raw"].count > 100, bag.topics
+            continue
         split = re.search(r"--split (\w+)", command).group(1)
         duration = re.search(r"--duration ([\d.]+)", command)
         with Bag(path) as bag:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must precede `import mujoco`
 
@@ -29,6 +32,7 @@ from twinloop_twin.kinematics import UrdfTransforms  # noqa: E402
 from twinloop_twin.bundle import load_twin_version  # noqa: E402
 from twinloop_twin.nominal import build_nominal_twin, load_scene, load_twin_workcell, scene_files, twin_geometry  # noqa: E402
 from twinloop_twin.physics import load_physics  # noqa: E402
+from twinloop_twin.usd_export import export_twin_usd  # noqa: E402
 from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E402
 
 TABLE_REGION = ((0.1, 1.0), (-0.6, 0.6))  # m, world xy: the table in front of the robot
@@ -164,6 +168,11 @@ def test_the_scan_becomes_the_next_twin_version_whose_scene_steps_cleanly(scan, 
     assert np.linalg.norm(data.qpos[box_qpos][:3] - np.array(layer.box_position_m)) < 0.002  # it rests where scanned
     block_geom = model.geom("scanned_object_0_collision")
     assert model.geom_contype[block_geom.id] and block_geom.size[0] == pytest.approx(0.05)
+    # the USD export for Isaac Sim carries the scanned object as a static collider
+    from pxr import Usd, UsdPhysics
+    stage = Usd.Stage.Open(str(export_twin_usd(twin, tmp_path / "twin.usda")))
+    scanned = [p for p in stage.Traverse() if "scanned_object_0" in str(p.GetPath())]
+    assert scanned and any(p.HasAPI(UsdPhysics.CollisionAPI) for p in scanned), [str(p.GetPath()) for p in scanned]
     # a later identification's scene keeps the geometry: the layer travels as an input
     files = scene_files(load_twin_workcell(twin), load_physics(twin.file_path("inputs/physics.yaml")), layer)
     assert b"scanned_object_0" in files["scene.xml"] and "inputs/geometry.yaml" in files
@@ -179,3 +188,18 @@ def test_a_scan_without_the_box_or_with_the_table_off_is_refused(scan, tmp_path)
     with pytest.raises(GeometryBuildError, match="check the camera poses"):
         build_geometry_twin(tmp_path, "emulated", surface, lowered)
     assert [p.name for p in (tmp_path / "emulated").iterdir() if not p.name.startswith(".")] == ["v0"]
+
+
+@pytest.mark.parametrize("scan, expected", [
+    ("missing_bag", "no bag at"),
+    (str(Path(__file__).resolve().parents[2] / "shared" / "data" / "husky_imu_odom_gps" / "husky_test1_first60s_rosbag2_sqlite3"),
+     "has no /wrist_camera/color/image_raw messages"),
+])
+def test_geometry_command_refuses_a_bag_that_is_not_a_scan(tmp_path, scan, expected):
+    if "husky" in scan and not Path(scan).exists():
+        pytest.skip(f"{scan} is not here")
+    done = subprocess.run([sys.executable, "-m", "twinloop_builder.cli", "geometry", "--scan", scan,
+                           "--root", str(tmp_path / "twins")], capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("[")]
+    assert done.returncode == 2 and len(lines) == 1 and expected in lines[0], done.stderr
+    assert "Traceback" not in done.stderr

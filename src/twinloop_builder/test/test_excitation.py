@@ -89,3 +89,29 @@ def test_unsafe_excitation_is_refused(workcell, spec, amplitude):
 def test_excitation_file_loads():
     config = load_excitation_config(default_config_dir() / "excitation.yaml")
     assert config.joints.duration_s > 2 * config.joints.ramp_s and config.pushes
+
+
+def test_scan_visits_every_view_held_still_within_the_limits(workcell, spec):
+    from twinloop_builder.excitation import scan_trajectory, scan_view_positions
+
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
+    checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
+    path = scan_trajectory(workcell.home_joint_positions, checker, max_speed=max_speed,
+                           max_acceleration=max_acceleration, hold_s=1.0)
+    dt = path.t[1] - path.t[0]
+    speed = np.abs(np.diff(path.positions, axis=0)) / dt
+    limit = np.array([max_speed[j] for j in COMMANDED_JOINTS])
+    assert np.all(speed <= limit * (1 + 1e-9))
+    home = np.array([workcell.home_joint_positions[j] for j in COMMANDED_JOINTS])
+    np.testing.assert_allclose(path.positions[0], home)
+    np.testing.assert_allclose(path.positions[-1], home)
+    views = scan_view_positions(workcell.home_joint_positions)
+    assert len(views) == 10
+    for view in views[1:]:  # each view is held still for the hold time
+        target = np.array([view[j] for j in COMMANDED_JOINTS])
+        at = np.all(np.abs(path.positions - target) < 1e-12, axis=1)
+        assert at.sum() * dt >= 1.0 - 1e-9, view
+    with pytest.raises(ExcitationError, match="not reachable safely"):
+        scan_trajectory(dict(workcell.home_joint_positions, panda_joint2=1.6), checker, max_speed=max_speed,
+                        max_acceleration=max_acceleration)

@@ -4,6 +4,8 @@
     twinloop build excite --kind pushes --split fit
     twinloop build build --fit BAG [BAG...] --held-out BAG [...] [--workcell emulated] [--root twins]
     twinloop build goal --fit BAG [BAG...] --held-out BAG [...]        # to the running twin_builder
+    twinloop build excite --kind scan --split fit                      # the wrist camera's views, held still
+    twinloop build geometry --scan BAG [--root twins] [--calibration wrist.yaml]
 
 `build` runs here, in this process (no ROS needed), with progress on stderr (overall
 percentage and the time left at the rate so far, then the stage's own); `goal` sends
@@ -24,6 +26,7 @@ import time
 from twinloop_twin.workcell import default_config_dir
 
 EXCITATION_FILE = "excitation.yaml"
+SCAN_TOPICS = ("/joint_states", "/wrist_camera/color/image_raw", "/wrist_camera/depth/image_rect_raw")
 
 
 def _seconds(*, positive: bool):
@@ -55,7 +58,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="twinloop build", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     excite = sub.add_parser("excite", help="play an excitation while the recorder records it")
-    excite.add_argument("--kind", choices=("joints", "pushes"), default="joints")
+    excite.add_argument("--kind", choices=("joints", "pushes", "scan"), default="joints",
+                        help="scan: the wrist camera's views of the table, held still, for `build geometry`")
     excite.add_argument("--split", choices=("fit", "held_out"), required=True)
     excite.add_argument("--duration", type=_seconds(positive=True), default=None, help="s, joint excitation length (default: file)")
     excite.add_argument("--seed", type=int, default=None, help="multi-sine seed (use another one for held-out)")
@@ -84,9 +88,19 @@ def main(argv=None) -> int:
     goal.add_argument("--parent", type=int, default=-1, help="parent version (default: the latest)")
     goal.add_argument("--select", nargs="*", default=[], help="parameter name prefixes to identify (default: all)")
     goal.add_argument("--builder", default="/twin_builder", help="node name of the twin builder")
+    geometry = sub.add_parser("geometry", help="fuse a scan bag and write the next twin version with its geometry")
+    geometry.add_argument("--scan", required=True, help="bag of `twinloop build excite --kind scan`")
+    geometry.add_argument("--workcell", default="emulated")
+    geometry.add_argument("--root", default="twins", help="twins folder")
+    geometry.add_argument("--parent", type=int, default=None, help="parent version (default: the latest)")
+    geometry.add_argument("--calibration", default=None,
+                          help="eye-in-hand calibration of the wrist camera (default: the URDF mount)")
+    geometry.add_argument("--voxel-mm", type=float, default=4.0, help="TSDF voxel size, mm")
     args = parser.parse_args(argv)
     if args.command == "build":
         return _build(args)
+    if args.command == "geometry":
+        return _geometry(args)
     if args.command == "goal":
         return _goal(args)
     return _excite(args)
@@ -116,6 +130,52 @@ def _build(args) -> int:
         return 2
     print(format_result(built.result))
     print(f"wrote {built.twin.path}")
+    return 0
+
+
+def _geometry(args) -> int:
+    from pathlib import Path
+
+    from twinloop_builder.geometry.assembly import GeometryBuildError, build_geometry_twin
+    from twinloop_builder.geometry.fusion import FusionError, FusionSettings, fuse
+    from twinloop_builder.geometry.objects import SegmentationError, SegmentationSettings, segment_table
+    from twinloop_builder.geometry.scan_bag import scan_frames
+    from twinloop_builder.recording import bag_sha256
+    from twinloop_twin.bundle import SourceBag, TwinError, load_twin_version
+    from twinloop_twin.nominal import ensure_nominal_twin, load_twin_workcell
+
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+    if not (0.5 <= args.voxel_mm <= 50.0):
+        print(f"twinloop build: --voxel-mm {args.voxel_mm} is outside 0.5-50 mm", file=sys.stderr)
+        return 2
+    try:
+        root = Path(args.root)
+        parent = (ensure_nominal_twin(root, args.workcell, progress=say) if args.parent is None
+                  else load_twin_version(root, args.workcell, args.parent))
+        say(f"reading {args.scan}")
+        frames = scan_frames(args.scan, load_twin_workcell(parent), calibration_file=args.calibration)
+        say(f"fusing {len(frames)} still frames ({args.voxel_mm:g} mm voxels)")
+        surface = fuse(frames, FusionSettings(voxel_size_m=args.voxel_mm / 1000.0, depth_max_m=1.5))
+        say(f"segmenting {len(surface.vertices)} surface points")
+        segmentation = segment_table(surface.vertices, SegmentationSettings(
+            table_height_m=load_twin_workcell(parent).table_top_height_m))
+        bag = SourceBag(path=str(Path(args.scan).resolve()), sha256=bag_sha256(args.scan), split="fit",
+                        purpose="identification")
+        twin, report = build_geometry_twin(root, args.workcell, surface, segmentation, parent_version=parent.version,
+                                           source_bags=(bag,), source={"scan": str(args.scan), "frames": len(frames)})
+    except (FusionError, SegmentationError, GeometryBuildError, TwinError) as error:
+        print(f"twinloop build: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    box = report["box"]
+    print(f"table top {report['table_top_height_m']:.4f} m ({report['table_offset_from_description_mm']:+.1f} mm from "
+          f"the description); box {box['size_mm']} mm (x{box['size_ratio_to_description']:.3f} the described size)")
+    for obj in report["objects"]:
+        print(f"object at {obj['centre_m']} m, {obj['size_mm']} mm: {obj['taken_for']}")
+    print(f"wrote {twin.path}")
     return 0
 
 
@@ -164,7 +224,8 @@ def _excite(args) -> int:
     import threading
 
     from twinloop_builder.excitation import (ExcitationError, WorkspaceChecker, joint_excitation,
-                                             load_excitation_config, motion_limits, push_trajectory)
+                                             load_excitation_config, motion_limits, push_trajectory,
+                                             scan_trajectory)
     from twinloop_builder.player_node import (ExcitationMonitor, ExcitationPlayer, IdentificationRecorder,
                                               PlayerError, joint_ranges)
     from twinloop_twin.physics import load_physics
@@ -184,8 +245,16 @@ def _excite(args) -> int:
     workcell = load_workcell()
     model = compile_workcell(workcell, load_physics(default_config_dir() / "nominal_physics.yaml"))
     try:
-        trajectory = (joint_excitation(joints, workcell.home_joint_positions, model, workcell.urdf_xml,
-                                       workcell.table_top_height_m) if args.kind == "joints" else None)
+        if args.kind == "joints":
+            trajectory = joint_excitation(joints, workcell.home_joint_positions, model, workcell.urdf_xml,
+                                          workcell.table_top_height_m)
+        elif args.kind == "scan":
+            max_speed, max_acceleration = motion_limits(joints, workcell.urdf_xml)
+            trajectory = scan_trajectory(workcell.home_joint_positions, WorkspaceChecker(model, workcell.table_top_height_m),
+                                         max_speed=max_speed, max_acceleration=max_acceleration,
+                                         command_rate_hz=joints.command_rate_hz)
+        else:
+            trajectory = None
     except ExcitationError as error:
         print(f"twinloop build: {error}", file=sys.stderr)
         return 2
@@ -228,13 +297,15 @@ def _excite(args) -> int:
                 monitor.check(what)
             print(f"played {what} ({trajectory.t[-1]:.1f} s)", file=sys.stderr)
 
+        scan = args.kind == "scan"
         bag = recorder.start(split=args.split, output_dir=args.output_dir, twin_version=args.twin,
-                             note=f"twinloop build excite --kind {args.kind}")
+                             note=f"twinloop build excite --kind {args.kind}", profile="scan" if scan else "identification",
+                             **({"required_topics": SCAN_TOPICS, "timeout_s": 20.0} if scan else {}))
         print(f"recording {bag}", file=sys.stderr)
         try:
             time.sleep(args.lead_in)  # at rest: the identification starts from a still robot
             if trajectory is not None:
-                play(trajectory, "the joint excitation")
+                play(trajectory, "the scan" if scan else "the joint excitation")
             else:
                 checker = WorkspaceChecker(model, workcell.table_top_height_m)
                 max_speed, max_acceleration = limits

@@ -483,3 +483,45 @@ def _stretch_needed(rows: np.ndarray, dt: float, speed: np.ndarray, accel: np.nd
     a = np.abs(np.diff(rows, 2, axis=0)) / dt**2
     keep = np.arange(rows.shape[1]) != skip
     return float(max(np.max(v.max(0)[keep] / speed[keep]), np.sqrt(np.max(a.max(0)[keep] / accel[keep]))))
+
+
+# ----------------------------------------------------------------------------- scan
+
+# Wrist-camera views of the table for a geometry scan: home, and home with the arm swung
+# left and right (joint 1) and the hand higher and lower (joints 4 and 6 together, which
+# keeps the camera looking down at the table). (joint 1 offset rad, joint 4 rad, joint 6 rad)
+SCAN_VIEWS = tuple((swing, elbow, wrist) for swing in (-0.35, 0.0, 0.35)
+                   for elbow, wrist in ((-2.356, 1.571), (-2.0, 1.9), (-2.6, 1.3)))
+
+
+def scan_view_positions(home: Mapping[str, float]) -> list[dict[str, float]]:
+    """Joint positions of every scan view (home first)."""
+    return [dict(home)] + [dict(home, panda_joint1=home["panda_joint1"] + swing, panda_joint4=elbow,
+                                panda_joint6=wrist) for swing, elbow, wrist in SCAN_VIEWS]
+
+
+def scan_trajectory(home: Mapping[str, float], checker: WorkspaceChecker, *, max_speed: Mapping[str, float],
+                    max_acceleration: Mapping[str, float], command_rate_hz: float = 250.0,
+                    hold_s: float = 1.0) -> JointTrajectory:
+    """Home -> each scan view in turn (held `hold_s` still for sharp, synchronized frames) -> home.
+
+    Every view is checked against the twin's scene (no contact, hand above the table); the
+    moves between them are minimum-jerk within the speed and acceleration limits."""
+    views = scan_view_positions(home)
+    for index, view in enumerate(views):
+        problems = checker.violations(view)
+        if problems:
+            raise ExcitationError(f"scan view {index} ({view}) is not reachable safely: {'; '.join(problems)}")
+    dt = 1.0 / command_rate_hz
+    speed = np.array([max_speed.get(j, np.inf) for j in COMMANDED_JOINTS])
+    accel = np.array([max_acceleration.get(j, np.inf) for j in COMMANDED_JOINTS])
+    current = np.array([views[0][j] for j in COMMANDED_JOINTS])
+    rows = [current[None, :]]
+    hold = max(1, int(round(hold_s / dt)))
+    for view in [*views[1:], views[0]]:
+        target = np.array([view[j] for j in COMMANDED_JOINTS])
+        rows.append(_min_jerk_within(current, target, int(round(1.0 / dt)), dt, speed, accel)[1:])
+        rows.append(np.repeat(target[None, :], hold, axis=0))
+        current = target
+    positions = np.vstack(rows)
+    return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions)

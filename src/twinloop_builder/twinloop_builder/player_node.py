@@ -199,15 +199,17 @@ class IdentificationRecorder:
         self.client = RecorderClient(node, recorder=recorder)
 
     def start(self, *, split: str, output_dir: str = "", note: str = "", twin_version: str = "",
-              timeout_s: float = 10.0, required_topics: Sequence[str] = REQUIRED_TOPICS) -> str:
+              timeout_s: float = 10.0, required_topics: Sequence[str] = REQUIRED_TOPICS,
+              profile: str = "identification") -> str:
         """Start a session and return once the recorder records `required_topics` and the
         applied-command and box-pose topics (simulator's, tracker's) published on the graph (the recorder
         subscribes as it discovers their publishers); else stop it and raise."""
         # published ones only: this process's player subscribes to the tracked box pose itself
         seen = [t for t, _ in self.node.get_topic_names_and_types() if t.startswith("/twinloop/")
-                and t.endswith((APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX)) and self.node.count_publishers(t) > 0]
+                and t.endswith((APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX)) and self.node.count_publishers(t) > 0
+                and profile == "identification"]
         try:
-            bag_path = self.client.start(profile="identification", purpose=SessionId.PURPOSE_IDENTIFICATION,
+            bag_path = self.client.start(profile=profile, purpose=SessionId.PURPOSE_IDENTIFICATION,
                                          split=split, output_dir=output_dir, note=note, twin_version=twin_version,
                                          timeout_s=timeout_s)
         except ClientError as error:

@@ -25,7 +25,7 @@ from twinloop_twin.bundle import Provenance, SourceBag, TwinBundle, load_twin_ve
 from twinloop_twin.geometry_layer import GeometryLayer, ScannedObject
 from twinloop_twin.nominal import SCENE_FILE, load_scene, load_twin_workcell, scene_files
 from twinloop_twin.physics import load_physics
-from twinloop_twin.scene import SCENE_BODIES
+from twinloop_twin.scene import ROBOT_ROOT_BODY, SCENE_BODIES
 
 from twinloop_builder.geometry.fusion import FusedSurface
 from twinloop_builder.geometry.objects import Segmentation, TableObject
@@ -123,15 +123,16 @@ def build_geometry_twin(root: Path | str, workcell: str, surface: FusedSurface, 
 
 
 def _described_bodies(model: mujoco.MjModel) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """World AABBs of the described static bodies an object on the table may be (board, stand)."""
+    """World AABBs of the described bodies an object on the table may be: the cell's (board,
+    the static camera's stand) and the robot's at its home pose (its base stands on the table)."""
     data = mujoco.MjData(model)
+    if model.nkey and mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "home") >= 0:
+        mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
     mujoco.mj_forward(model, data)
     out = {}
-    for name in SCENE_BODIES:
-        if name in ("table", "box"):
-            continue
-        body = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, name)
-        if body < 0:
+    for body in range(1, model.nbody):
+        name = model.body(body).name
+        if name in ("table", "box") or name not in SCENE_BODIES and not _is_robot(model, body):
             continue
         corners = []
         for geom in np.flatnonzero(model.geom_bodyid == body):
@@ -143,6 +144,15 @@ def _described_bodies(model: mujoco.MjModel) -> dict[str, tuple[np.ndarray, np.n
             corners = np.array(corners)
             out[name] = (corners.min(axis=0), corners.max(axis=0))
     return out
+
+
+def _is_robot(model: mujoco.MjModel, body: int) -> bool:
+    root = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, ROBOT_ROOT_BODY)
+    while body > 0:
+        if body == root:
+            return True
+        body = model.body_parentid[body]
+    return False
 
 
 def _pose(obj: TableObject) -> tuple[tuple[float, float, float], tuple[float, float, float, float]]:

@@ -32,7 +32,7 @@ class FusionSettings:
     truncation_voxels: float = 3.0  # the TSDF's truncation, in voxels (8 rounded a 6 cm box into 7.5 cm)
     depth_max_m: float = 2.0  # m, farther returns are left out
     min_weight: float = 1.0  # a surface voxel needs at least this many frames' weight
-    block_count: int = 40_000  # hash map capacity (16^3-voxel blocks)
+    block_count: int = 4000  # initial hash map capacity (16^3-voxel blocks; it grows as needed, and 40 000 preallocated 3.3 GB)
 
 
 @dataclass

@@ -29,6 +29,10 @@ class SegmentationSettings:
     cluster_distance_m: float = 0.01  # m, DBSCAN eps
     min_points: int = 50  # a cluster with fewer points is noise
     region_xy_m: tuple[tuple[float, float], tuple[float, float]] | None = None  # ((xmin, xmax), (ymin, ymax))
+    # the described table height: the plane is sought among points within table_band_m of it
+    # (a wrist camera sees the floor too, a larger plane)
+    table_height_m: float | None = None  # m, world z
+    table_band_m: float = 0.1  # m
 
 
 @dataclass
@@ -53,7 +57,12 @@ class Segmentation:
 def segment_table(points: np.ndarray, settings: SegmentationSettings = SegmentationSettings()) -> Segmentation:
     """The dominant horizontal plane and the clusters above it, from surface points (a fused
     mesh's vertices: marching cubes leaves about one per voxel of surface)."""
-    cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(points))
+    near_table = points if settings.table_height_m is None else \
+        points[np.abs(points[:, 2] - settings.table_height_m) < settings.table_band_m]
+    if len(near_table) < 100:
+        raise SegmentationError(f"{len(near_table)} surface points within {settings.table_band_m} m of the described "
+                                f"table height {settings.table_height_m} m: the scan does not show the table")
+    cloud = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(near_table))
     o3d.utility.random.seed(0)
     plane, inliers = cloud.segment_plane(settings.plane_distance_m, 3, 1000)
     plane = np.asarray(plane, float)

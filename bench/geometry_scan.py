@@ -1,0 +1,90 @@
+"""Benchmark: the geometry build's speed and memory on the emulated cell, measured in one run.
+
+    .venv/bin/python bench/geometry_scan.py [--repeat 3]
+
+Renders the ten scan views of `twinloop build excite --kind scan` (wrist camera, 640x480,
+the truth's noise), then times fusion (frames per second), segmentation and the whole
+build into a twin version, and reports the peak resident memory of this process. Prints
+the box's error against the truth alongside, so a faster setting that loses accuracy shows.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import numpy as np  # noqa: E402
+
+from twinloop_builder.excitation import scan_view_positions  # noqa: E402
+from twinloop_builder.geometry.assembly import build_geometry_twin  # noqa: E402
+from twinloop_builder.geometry.fusion import FusionSettings, PosedFrame, fuse  # noqa: E402
+from twinloop_builder.geometry.objects import SegmentationSettings, segment_table  # noqa: E402
+from twinloop_sim.workcell_sim import CameraRig, WorkcellSimulation  # noqa: E402
+from twinloop_twin.kinematics import UrdfTransforms  # noqa: E402
+from twinloop_twin.nominal import build_nominal_twin, twin_geometry  # noqa: E402
+from twinloop_twin.physics import load_physics  # noqa: E402
+from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E402
+
+
+def render_scan() -> tuple[list[PosedFrame], np.ndarray, float]:
+    workcell = load_workcell()
+    truth = load_physics(default_config_dir() / "emulated_truth.yaml")
+    sim = WorkcellSimulation(workcell, truth)
+    kinematics = UrdfTransforms(workcell.urdf_xml)
+    camera = workcell.cameras["wrist_camera"]
+    rig = CameraRig(sim.model, {"wrist_camera": camera}, truth.noise, seed=4)
+    frames = []
+    started = time.perf_counter()
+    for index, joints in enumerate(scan_view_positions(workcell.home_joint_positions)):
+        qpos = sim.data.qpos.copy()
+        for column, name in enumerate(sim.joint_names):
+            qpos[sim.qpos_addresses[column]] = joints[name]
+        rig.set_state(qpos)
+        color, depth = rig.render("wrist_camera")
+        frames.append(PosedFrame(color, depth, np.array(camera.camera_matrix),
+                                 kinematics.world_T_link(camera.color_optical_frame, joints), name=f"view {index}"))
+    rig.close()
+    return frames, sim.box_qpos()[:3].copy(), (time.perf_counter() - started) / len(frames)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    frames, box_truth, render_s = render_scan()
+    workcell = load_workcell()
+    settings = FusionSettings(depth_max_m=1.5)
+    fuse_s, segment_s = [], []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        surface = fuse(frames, settings)
+        fuse_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        segmentation = segment_table(surface.vertices, SegmentationSettings(table_height_m=workcell.table_top_height_m))
+        segment_s.append(time.perf_counter() - start)
+    with tempfile.TemporaryDirectory() as root:
+        build_nominal_twin(Path(root), "emulated")
+        start = time.perf_counter()
+        surface = fuse(frames, settings)
+        segmentation = segment_table(surface.vertices, SegmentationSettings(table_height_m=workcell.table_top_height_m))
+        twin, _ = build_geometry_twin(root, "emulated", surface, segmentation)
+        build_s = time.perf_counter() - start
+        box_error_mm = np.linalg.norm(np.array(twin_geometry(twin).box_position_m) - box_truth) * 1e3
+    fuse_median = float(np.median(fuse_s))
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"fusion: {len(frames) / fuse_median:.1f} frames/s at 640x480, 4 mm voxels "
+          f"({fuse_median:.2f} s for {len(frames)} frames; rendering one frame {render_s * 1e3:.0f} ms, "
+          f"ratio fusion/render per frame {fuse_median / len(frames) / render_s:.1f})")
+    print(f"segmentation: {np.median(segment_s):.2f} s for {len(surface.vertices)} surface points")
+    print(f"whole geometry build (fuse, segment, write the twin version): {build_s:.2f} s; "
+          f"box {box_error_mm:.2f} mm from the truth")
+    print(f"peak resident memory of this process: {peak_mib:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
