@@ -1,7 +1,7 @@
 """Geometry from a wrist-camera scan of the emulated cell, against its true geometry.
 
-Ten wrist-camera views (home and joint-space variations of it: the arm swung left and
-right, the hand higher and lower) are rendered with the truth's depth noise; each view's
+The ten wrist-camera views of `twinloop build excite --kind scan` (home and joint-space
+variations of it: the arm swung left and right, the hand higher and lower) are rendered with the truth's depth noise; each view's
 camera pose is forward kinematics of the joint positions with the URDF's camera mount, as
 a scan reads them from joint states and the hand-eye calibration. The frames are fused
 (TSDF, Open3D VoxelBlockGrid) and segmented (table plane, objects on it). Ground truth
@@ -27,8 +27,7 @@ from twinloop_builder.geometry.fusion import FusionError, FusionSettings, PosedF
 from twinloop_builder.geometry.assembly import GeometryBuildError, build_geometry_twin  # noqa: E402
 from twinloop_builder.geometry.objects import SegmentationSettings, TableObject, segment_table  # noqa: E402
 from twinloop_perception.box_tracking import symmetric_rotation_error_rad  # noqa: E402
-from twinloop_sim.workcell_sim import CameraRig, WorkcellSimulation  # noqa: E402
-from twinloop_twin.kinematics import UrdfTransforms  # noqa: E402
+from twinloop_builder.synthetic import render_scan  # noqa: E402
 from twinloop_twin.bundle import load_twin_version  # noqa: E402
 from twinloop_twin.nominal import build_nominal_twin, load_scene, load_twin_workcell, scene_files, twin_geometry  # noqa: E402
 from twinloop_twin.physics import load_physics  # noqa: E402
@@ -38,35 +37,14 @@ from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E4
 TABLE_REGION = ((0.1, 1.0), (-0.6, 0.6))  # m, world xy: the table in front of the robot
 
 
-def scan_views(home: dict[str, float]) -> list[dict[str, float]]:
-    views = [dict(home)]
-    for swing in (-0.35, 0.0, 0.35):
-        for elbow, wrist in ((-2.356, 1.571), (-2.0, 1.9), (-2.6, 1.3)):
-            views.append(dict(home, panda_joint1=home["panda_joint1"] + swing, panda_joint4=elbow, panda_joint6=wrist))
-    return views
-
-
 @pytest.fixture(scope="module")
 def scan():
     workcell = load_workcell()
     truth = load_physics(default_config_dir() / "emulated_truth.yaml")
-    sim = WorkcellSimulation(workcell, truth)
-    kinematics = UrdfTransforms(workcell.urdf_xml)
-    camera = workcell.cameras["wrist_camera"]
-    rig = CameraRig(sim.model, {"wrist_camera": camera}, truth.noise, seed=4)
-    frames = []
-    for index, joints in enumerate(scan_views(workcell.home_joint_positions)):
-        qpos = sim.data.qpos.copy()
-        for column, name in enumerate(sim.joint_names):
-            qpos[sim.qpos_addresses[column]] = joints[name]
-        rig.set_state(qpos)
-        color, depth = rig.render("wrist_camera")
-        frames.append(PosedFrame(color, depth, np.array(camera.camera_matrix),
-                                 kinematics.world_T_link(camera.color_optical_frame, joints), name=f"view {index}"))
-    rig.close()
+    frames, box_truth = render_scan(workcell, truth, seed=4)
     surface = fuse(frames, FusionSettings(depth_max_m=1.5))
     segmentation = segment_table(surface.vertices, SegmentationSettings(region_xy_m=TABLE_REGION))
-    return workcell, sim.box_qpos(), frames, surface, segmentation
+    return workcell, box_truth, frames, surface, segmentation
 
 
 def test_the_box_is_found_within_5_mm_and_3_deg_with_its_size_within_5_mm(scan):

@@ -156,3 +156,32 @@ def write_bag(recording: RecordedMotion, path, *, split: str | None = None, purp
     finally:
         writer.close()
     return path
+
+
+def render_scan(workcell: WorkcellDescription, physics: WorkcellPhysics, *, seed: int = 0,
+                depth_noise: bool = True) -> tuple[list, np.ndarray]:
+    """The scan views of `twinloop build excite --kind scan` rendered from the wrist camera at
+    rest (the physics' sensor noise), each posed by forward kinematics and the URDF mount, as
+    `twinloop build geometry` poses a recorded scan; and the box's true pose (x y z qw qx qy qz)."""
+    from twinloop_builder.excitation import scan_view_positions
+    from twinloop_builder.geometry.fusion import PosedFrame
+    from twinloop_sim.workcell_sim import NO_NOISE, CameraRig
+    from twinloop_twin.kinematics import UrdfTransforms
+
+    sim = WorkcellSimulation(workcell, physics)
+    kinematics = UrdfTransforms(workcell.urdf_xml)
+    camera = workcell.cameras["wrist_camera"]
+    rig = CameraRig(sim.model, {"wrist_camera": camera}, physics.noise if depth_noise else NO_NOISE, seed=seed)
+    frames = []
+    try:
+        for index, joints in enumerate(scan_view_positions(workcell.home_joint_positions)):
+            qpos = sim.data.qpos.copy()
+            for column, name in enumerate(sim.joint_names):
+                qpos[sim.qpos_addresses[column]] = joints[name]
+            rig.set_state(qpos)
+            color, depth = rig.render("wrist_camera")
+            frames.append(PosedFrame(color, depth, np.array(camera.camera_matrix),
+                                     kinematics.world_T_link(camera.color_optical_frame, joints), name=f"view {index}"))
+    finally:
+        rig.close()
+    return frames, sim.box_qpos().copy()
