@@ -14,6 +14,7 @@ Parameters: config/box_tracker.yaml.
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -57,7 +58,12 @@ class BoxTrackerNode(Node):
             "covariance_scale": (defaults.covariance_scale, "variance multiplier measured against ground truth"),
             "position_std_floor_m": (defaults.position_std_floor_m, "m"),
             "rotation_std_floor_rad": (defaults.rotation_std_floor_rad, "rad"),
+            "nice": (10, "niceness added to this process (0: the control path's priority)"),
         })
+        if int(p["nice"]) > 0:
+            # perception must not take the CPU from the control path (workcell, envelope monitor,
+            # command senders) on a loaded host: late frames are skipped, a late command faults
+            os.nice(int(p["nice"]))
         try:
             workcell = load_workcell(p["workcell_config"] or None, p["urdf"] or None)
             if p["camera"] not in workcell.cameras:
