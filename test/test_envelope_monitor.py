@@ -359,9 +359,9 @@ def test_a_jump_after_a_pause_faults(cell):
 
 
 def test_a_monitor_that_stalls_longer_than_its_watchdogs_resumes_the_stream(tmp_path):
-    # The monitor's own process is stopped for 0.5 s mid-stream (as a loaded host can hold
-    # it up) with 0.2 s watchdogs, while the sender and the robot run on. On resumption the
-    # monitor handles the 125 queued commands late; the stream goes on without a fault.
+    # The monitor's own process is stopped for 0.7 s mid-stream (as a loaded host can hold
+    # it up) with 0.3 s watchdogs, while the sender and the robot run on. On resumption the
+    # monitor handles the 175 queued commands late; the stream goes on without a fault.
     # (It faulted here: a command handled after the hold-up, before the joint states queued
     # with it, read the joint states as stale; and 100-deep command topics lost steps.)
     # The scenario needs the sender to keep sending while the monitor is stopped, and the
@@ -371,21 +371,24 @@ def test_a_monitor_that_stalls_longer_than_its_watchdogs_resumes_the_stream(tmp_
     # to three times.
     for attempt in range(3):
         sent_during_stop = _stall_the_monitor_mid_stream(tmp_path / f"attempt{attempt}")
-        if sent_during_stop > 100:
+        if sent_during_stop > 140:
             return
         if sent_during_stop >= 0:
-            print(f"attempt {attempt}: the sender sent {sent_during_stop} of 125 commands while the monitor was "
+            print(f"attempt {attempt}: the sender sent {sent_during_stop} of 175 commands while the monitor was "
                   "stopped (the host held it up too); playing the scenario again")
     pytest.fail("in 3 attempts the sender never kept sending while the monitor was stopped, or the monitor never "
                 "got the queued commands: the scenario did not happen")
 
 
+WATCHDOG_S, STOP_S = 0.3, 0.7
+
+
 def _stall_the_monitor_mid_stream(work) -> int:
-    """Stop the monitor 0.5 s mid-stream; assert the stream went on without a fault and
+    """Stop the monitor 0.7 s mid-stream; assert the stream went on without a fault and
     return how many commands the sender sent while the monitor was stopped (-1: none of
     them reached the monitor before its watchdog judged)."""
     work.mkdir(parents=True)
-    stalled = EnvelopeCell(work, {"command_timeout_s": 0.2, "joint_state_timeout_s": 0.2})
+    stalled = EnvelopeCell(work, {"command_timeout_s": WATCHDOG_S, "joint_state_timeout_s": WATCHDOG_S})
     try:
         start = stalled.prepare()
         armed = stalled.latest_status()
@@ -395,7 +398,7 @@ def _stall_the_monitor_mid_stream(work) -> int:
         os.kill(monitor_pid, signal.SIGSTOP)
         stopped_at = time.time()
         try:
-            time.sleep(0.5)
+            time.sleep(STOP_S)
         finally:
             os.kill(monitor_pid, signal.SIGCONT)
         time.sleep(0.6)
@@ -408,15 +411,22 @@ def _stall_the_monitor_mid_stream(work) -> int:
         if (status.fault == EnvelopeStatus.FAULT_STALE_COMMAND
                 and status.commands_forwarded - armed.commands_forwarded <= sent_before_stop):
             # Not one of the commands sent during the stop reached the monitor before its
-            # watchdog judged, 0.5 s and more after it resumed (seen in 2 of 4 full-suite
+            # watchdog judged, a watchdog period and more after it resumed (seen in 2 of 4 full-suite
             # runs on a loaded host; never alone): the transport had not delivered them, so
             # the scenario (a monitor resuming with its queue) did not happen.
             print(f"the monitor got none of the queued commands before its watchdog: {status.reason}")
             return -1
+        sender_gap = max((b - a for a, b in zip(ramp.sent_real, ramp.sent_real[1:])), default=0.0)
+        if status.fault == EnvelopeStatus.FAULT_STALE_COMMAND and sender_gap > 0.6 * WATCHDOG_S:
+            # The sender (a thread of this test) was itself held up near the watchdog's limit
+            # (seen once in a full-suite run: 'no command for 207 ms' after the resumption):
+            # a real gap in the stream, which the watchdog is there to catch.
+            print(f"the sender was held {sender_gap * 1e3:.0f} ms ({status.reason}); playing the scenario again")
+            return -1
         assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
         # Everything sent before the disarm request was forwarded (it queued behind them).
         assert status.commands_forwarded - armed.commands_forwarded >= sent_by, (status, sent_by)
-        return sum(stopped_at < t < stopped_at + 0.5 for t in ramp.sent_real)
+        return sum(stopped_at < t < stopped_at + STOP_S for t in ramp.sent_real)
     finally:
         stalled.close()
 
