@@ -3,9 +3,11 @@
     .venv/bin/python bench/geometry_scan.py [--repeat 3]
 
 Renders the ten scan views of `twinloop build excite --kind scan` (wrist camera, 640x480,
-the truth's noise), then times fusion (frames per second), segmentation and the whole
-build into a twin version, and reports the peak resident memory of this process. Prints
-the box's error against the truth alongside, so a faster setting that loses accuracy shows.
+the truth's noise) of the cell with an L-shaped bracket the description lacks, then times
+fusion (frames per second), segmentation, the bracket's solid and convex parts
+(geometry.collision) and the whole build into a twin version, and reports the peak
+resident memory of this process. Prints the box's error against the truth alongside, so a
+faster setting that loses accuracy shows.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import numpy as np  # noqa: E402
 from twinloop_builder.geometry.assembly import build_geometry_twin  # noqa: E402
 from twinloop_builder.geometry.fusion import FusionSettings, fuse  # noqa: E402
 from twinloop_builder.geometry.objects import SegmentationSettings, segment_table  # noqa: E402
-from twinloop_builder.synthetic import render_scan  # noqa: E402
+from twinloop_builder.geometry.collision import object_meshes  # noqa: E402
+from twinloop_builder.synthetic import bracket_cell, render_scan  # noqa: E402
 from twinloop_twin.nominal import build_nominal_twin, twin_geometry  # noqa: E402
 from twinloop_twin.physics import load_physics  # noqa: E402
 from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E402
@@ -35,7 +38,8 @@ def main() -> None:
     args = parser.parse_args()
     workcell = load_workcell()
     started = time.perf_counter()
-    frames, box = render_scan(workcell, load_physics(default_config_dir() / "emulated_truth.yaml"), seed=4)
+    frames, box = render_scan(workcell, load_physics(default_config_dir() / "emulated_truth.yaml"), seed=4,
+                              extra=bracket_cell(workcell))
     render_s = (time.perf_counter() - started) / len(frames)
     box_truth = box[:3]
     settings = FusionSettings(depth_max_m=1.5)
@@ -47,6 +51,12 @@ def main() -> None:
         start = time.perf_counter()
         segmentation = segment_table(surface.vertices, SegmentationSettings(table_height_m=workcell.table_top_height_m))
         segment_s.append(time.perf_counter() - start)
+    bracket = max(segmentation.objects, key=lambda o: o.size_m[0] * o.size_m[1])
+    collision_s = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        meshes = object_meshes(bracket)
+        collision_s.append(time.perf_counter() - start)
     with tempfile.TemporaryDirectory() as root:
         build_nominal_twin(Path(root), "emulated")
         start = time.perf_counter()
@@ -61,6 +71,8 @@ def main() -> None:
           f"({fuse_median:.2f} s for {len(frames)} frames; rendering them, set-up included, {render_s * 1e3:.0f} ms "
           f"per frame; fusion / rendering {fuse_median / len(frames) / render_s:.2f})")
     print(f"segmentation: {np.median(segment_s):.2f} s for {len(surface.vertices)} surface points")
+    print(f"the bracket's solid, convex parts and visual mesh: {np.median(collision_s):.2f} s "
+          f"({len(meshes.triangles)} triangles -> {len(meshes.parts)} convex parts, visual {len(meshes.visual_triangles)})")
     print(f"whole geometry build (fuse, segment, write the twin version): {build_s:.2f} s; "
           f"box {box_error_mm:.2f} mm from the truth")
     print(f"peak resident memory of this process: {peak_mib:.0f} MiB")

@@ -20,7 +20,7 @@ EXPECTED_TOPICS = {
     "/wrist_camera/color/image_raw", "/static_camera/depth/image_rect_raw", "/static_camera/color/camera_info",
     "/recorder/status", "/twinloop/envelope/status", "/twinloop/envelope/markers", "/twinloop/policy/command",
     "/twinloop/sim/joint_states", "/twinloop/twin/scene_markers", "/ghost_state_publisher/robot_description",
-    "/twinloop/perception/box_pose", "/box_tracker/status", "/box_tracker/markers",
+    "/twinloop/perception/box_pose", "/box_tracker/status", "/box_tracker/markers", "/twin_builder/geometry_markers",
 }
 EXPECTED_SERVICES = {"/recorder/start", "/recorder/stop", "/recorder/annotate", "/envelope_monitor/set_armed",
                      "/envelope_monitor/reset_fault", "/emulated_workcell/reset"}

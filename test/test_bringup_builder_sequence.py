@@ -26,6 +26,7 @@ from twinloop_ros.qos import LATCHED
 from twinloop_ros.testing import RosProbe, fresh_domain_id, localhost_env
 from twinloop_twin.bundle import load_twin_version
 from twinloop_twin.nominal import twin_geometry
+from visualization_msgs.msg import MarkerArray
 from twinloop_twin.workcell import load_workcell
 
 pytestmark = pytest.mark.ros
@@ -44,7 +45,8 @@ def readme_commands() -> list[str]:
     block = block[:block.index("```")]
     lines = [line.split("#")[0].strip().rstrip("&").strip() for line in block.splitlines()]
     return [line for line in lines if line.startswith(("twinloop bringup", "twinloop monitor status",
-                                                       "twinloop build excite", "twinloop build geometry"))]
+                                                       "twinloop build excite", "twinloop build geometry",
+                                                       "twinloop build goal --scan"))]
 
 
 def run(command: str) -> list[str]:
@@ -57,8 +59,9 @@ def test_the_readme_sequence_records_four_bags_without_a_fault_and_builds_the_ge
     commands = readme_commands()
     assert [c.split()[:3] for c in commands] == [["twinloop", "bringup", "--without"],
                                                  ["twinloop", "monitor", "status"]] + \
-        [["twinloop", "build", "excite"]] * 4 + [["twinloop", "build", "geometry"]], commands
-    bringup, status_check, excitations, geometry = commands[0], commands[1], commands[2:6], commands[6]
+        [["twinloop", "build", "excite"]] * 4 + [["twinloop", "build", "geometry"], ["twinloop", "build", "goal"]], \
+        commands
+    bringup, status_check, excitations, geometry, goal = commands[0], commands[1], commands[2:6], *commands[6:]
     assert {re.search(r"--kind (\w+)", c).group(1) + "/" + re.search(r"--split (\w+)", c).group(1)
             for c in excitations} == {"joints/fit", "joints/held_out", "pushes/fit", "scan/fit"}, excitations
 
@@ -68,6 +71,7 @@ def test_the_readme_sequence_records_four_bags_without_a_fault_and_builds_the_ge
     stack = subprocess.Popen(run(bringup), cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
     probe = RosProbe(domain)
     statuses = probe.collect(EnvelopeStatus, "/twinloop/envelope/status", LATCHED)
+    markers = probe.collect(MarkerArray, "/twin_builder/geometry_markers", LATCHED)
     try:
         # The README's readiness check, repeated as a user would until it answers.
         deadline = time.monotonic() + STARTUP_S
@@ -101,6 +105,17 @@ def test_the_readme_sequence_records_four_bags_without_a_fault_and_builds_the_ge
                                capture_output=True, text=True, timeout=300)
         print(built.stdout, built.stderr[-2000:])
         assert built.returncode == 0, built.stderr
+        # the same build by the running twin builder: the next version, and its geometry in RViz
+        by_node = subprocess.run(run(goal.replace("bags/<scan>", str(scan_bag))), cwd=tmp_path, env=env,
+                                 capture_output=True, text=True, timeout=300)
+        print(by_node.stdout, by_node.stderr[-1000:])
+        assert by_node.returncode == 0 and "table top" in by_node.stdout, by_node.stderr
+        assert by_node.stdout.strip().splitlines()[-1].endswith("(v2)"), by_node.stdout
+        probe.wait_for(lambda: any(any(m.ns == "scan_surface" and "v2" in m.text for m in array.markers)
+                                   for _, array in markers), 10.0, "the builder's markers of v2")
+        surface = next(m for _, array in markers for m in array.markers if m.ns == "scan_surface" and "v2" in m.text)
+        assert surface.header.frame_id == "world" and len(surface.points) % 3 == 0 and len(surface.points) > 30000
+        assert len(surface.colors) == len(surface.points)
     finally:
         probe.close()
         stack.send_signal(signal.SIGINT)

@@ -73,6 +73,8 @@ PIP_ONLY = {
     "mcap_ros2": "mcap-ros2-support",
     "pxr": "usd-core",
     "open3d": "open3d-cpu",
+    "coacd": "coacd",
+    "manifold3d": "manifold3d",
 }
 ISAAC_SIM_MODULE = "twinloop_sim.isaac_twin_bridge"
 ISAAC_SIM_ONLY = {"isaacsim", "omni"}

@@ -4,6 +4,7 @@
     twinloop build excite --kind pushes --split fit
     twinloop build build --fit BAG [BAG...] --held-out BAG [...] [--workcell emulated] [--root twins]
     twinloop build goal --fit BAG [BAG...] --held-out BAG [...]        # to the running twin_builder
+    twinloop build goal --scan BAG [--calibration wrist.yaml]           # its geometry build, the same way
     twinloop build excite --kind scan --split fit                      # the wrist camera's views, held still
     twinloop build geometry --scan BAG [--root twins] [--calibration wrist.yaml]
 
@@ -82,7 +83,9 @@ def main(argv=None) -> int:
     build.add_argument("--max-iterations", type=_at_least_one, default=12,
                        help="optimizer iterations at most (>= 1)")
     goal = sub.add_parser("goal", help="send the build to the running twin_builder node (BuildTwin action)")
-    goal.add_argument("--fit", nargs="+", required=True, help="fit-split identification bags")
+    goal.add_argument("--fit", nargs="+", default=[], help="fit-split identification bags")
+    goal.add_argument("--scan", default="", help="instead of --fit: a scan bag, for a geometry build")
+    goal.add_argument("--calibration", default="", help="with --scan: the wrist camera's eye-in-hand calibration")
     goal.add_argument("--held-out", nargs="*", default=[], help="held-out bags (scored, never fitted)")
     goal.add_argument("--workcell", default="", help="default: the builder's default_workcell")
     goal.add_argument("--parent", type=int, default=-1, help="parent version (default: the latest)")
@@ -134,48 +137,27 @@ def _build(args) -> int:
 
 
 def _geometry(args) -> int:
-    from pathlib import Path
-
-    from twinloop_builder.geometry.assembly import GeometryBuildError, build_geometry_twin
-    from twinloop_builder.geometry.fusion import FusionError, FusionSettings, fuse
-    from twinloop_builder.geometry.objects import SegmentationError, SegmentationSettings, segment_table
-    from twinloop_builder.geometry.scan_bag import scan_frames
-    from twinloop_builder.recording import bag_sha256
-    from twinloop_twin.bundle import SourceBag, TwinError, load_twin_version
-    from twinloop_twin.nominal import ensure_nominal_twin, load_twin_workcell
+    from twinloop_builder.geometry.from_scan import SCAN_ERRORS, ScanBuildSettings, build_geometry_from_scan
+    from twinloop_twin.bundle import TwinError
 
     started = time.monotonic()
 
-    def say(message: str) -> None:
+    def say(stage: str, fraction: float, message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
 
     if not (0.5 <= args.voxel_mm <= 50.0):
         print(f"twinloop build: --voxel-mm {args.voxel_mm} is outside 0.5-50 mm", file=sys.stderr)
         return 2
     try:
-        root = Path(args.root)
-        parent = (ensure_nominal_twin(root, args.workcell, progress=say) if args.parent is None
-                  else load_twin_version(root, args.workcell, args.parent))
-        say(f"reading {args.scan}")
-        frames = scan_frames(args.scan, load_twin_workcell(parent), calibration_file=args.calibration)
-        say(f"fusing {len(frames)} still frames ({args.voxel_mm:g} mm voxels)")
-        surface = fuse(frames, FusionSettings(voxel_size_m=args.voxel_mm / 1000.0, depth_max_m=1.5))
-        say(f"segmenting {len(surface.vertices)} surface points")
-        segmentation = segment_table(surface.vertices, SegmentationSettings(
-            table_height_m=load_twin_workcell(parent).table_top_height_m))
-        bag = SourceBag(path=str(Path(args.scan).resolve()), sha256=bag_sha256(args.scan), split="fit",
-                        purpose="identification")
-        twin, report = build_geometry_twin(root, args.workcell, surface, segmentation, parent_version=parent.version,
-                                           source_bags=(bag,), source={"scan": str(args.scan), "frames": len(frames)})
-    except (FusionError, SegmentationError, GeometryBuildError, TwinError) as error:
+        built = build_geometry_from_scan(args.root, args.workcell, args.scan, calibration=args.calibration,
+                                         parent_version=args.parent, progress=say,
+                                         settings=ScanBuildSettings(voxel_size_m=args.voxel_mm / 1000.0))
+    except (*SCAN_ERRORS, TwinError) as error:
         print(f"twinloop build: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    box = report["box"]
-    print(f"table top {report['table_top_height_m']:.4f} m ({report['table_offset_from_description_mm']:+.1f} mm from "
-          f"the description); box {box['size_mm']} mm (x{box['size_ratio_to_description']:.3f} the described size)")
-    for obj in report["objects"]:
-        print(f"object at {obj['centre_m']} m, {obj['size_mm']} mm: {obj['taken_for']}")
-    print(f"wrote {twin.path}")
+    for line in built.summary():
+        print(line)
+    print(f"wrote {built.twin.path}")
     return 0
 
 
@@ -185,8 +167,22 @@ def _goal(args) -> int:
     from twinloop_ros.clients import BuildClient
     from twinloop_ros.command_line import CANCEL_WAIT, Progress, run_live
 
+    if bool(args.fit) == bool(args.scan):
+        print("twinloop build: give --fit BAG... (identify physics) or --scan BAG (build geometry), one of them",
+              file=sys.stderr)
+        return 2
+
     def body(session) -> int:
         progress = Progress()
+        if args.scan:
+            result = BuildClient(session.node, builder=args.builder).build_geometry(
+                str(Path(args.scan).resolve()), calibration=str(Path(args.calibration).resolve()) if args.calibration
+                else "", workcell=args.workcell, parent_version=args.parent,
+                on_feedback=lambda f: progress(f"{f.progress * 100:5.1f} % {f.stage}: {f.message}"))
+            for line in result.summary:
+                print(line)
+            print(f"wrote {result.twin_path} (v{result.version})")
+            return 0
         # Bag paths as the node (another working directory) must read them.
         result = BuildClient(session.node, builder=args.builder).build(
             [str(Path(b).resolve()) for b in args.fit], [str(Path(b).resolve()) for b in args.held_out],

@@ -13,7 +13,9 @@ from typing import Callable, Sequence, Union
 import numpy as np
 
 from twinloop_sim.workcell_sim import WorkcellSimulation
+from twinloop_twin.geometry_layer import GeometryLayer, ScannedObject
 from twinloop_twin.physics import COMMANDED_JOINTS, WorkcellPhysics
+from twinloop_twin.scene import compile_workcell
 from twinloop_twin.workcell import WorkcellDescription
 
 from twinloop_builder.excitation import JointTrajectory
@@ -158,17 +160,37 @@ def write_bag(recording: RecordedMotion, path, *, split: str | None = None, purp
     return path
 
 
+# An L-shaped bracket that the workcell description lacks: two 5 cm high arms at a right
+# angle, (x range, y range) of each in world m, on the table beside the board where three
+# or four of the scan's views see it. Its notch (the rectangle the L wraps) is free space
+# that one convex hull of the bracket would fill.
+BRACKET_ARMS = (((0.50, 0.53), (-0.08, 0.06)), ((0.53, 0.57), (-0.08, -0.05)))
+BRACKET_NOTCH = ((0.53, 0.57), (-0.05, 0.06))
+BRACKET_HEIGHT_M = 0.05
+
+
+def bracket_cell(workcell: WorkcellDescription) -> GeometryLayer:
+    """The described cell plus the bracket (as `render_scan(extra=)` takes it)."""
+    table = workcell.table_top_height_m
+    arms = tuple(ScannedObject(f"bracket_arm{k}", ((x0 + x1) / 2, (y0 + y1) / 2, table + BRACKET_HEIGHT_M / 2),
+                               (1.0, 0.0, 0.0, 0.0), (x1 - x0, y1 - y0, BRACKET_HEIGHT_M))
+                 for k, ((x0, x1), (y0, y1)) in enumerate(BRACKET_ARMS))
+    return GeometryLayer(table, tuple(workcell.box.world_position_m), tuple(workcell.box.world_quat_wxyz), arms)
+
+
 def render_scan(workcell: WorkcellDescription, physics: WorkcellPhysics, *, seed: int = 0,
-                depth_noise: bool = True) -> tuple[list, np.ndarray]:
+                depth_noise: bool = True, extra: GeometryLayer | None = None) -> tuple[list, np.ndarray]:
     """The scan views of `twinloop build excite --kind scan` rendered from the wrist camera at
     rest (the physics' sensor noise), each posed by forward kinematics and the URDF mount, as
-    `twinloop build geometry` poses a recorded scan; and the box's true pose (x y z qw qx qy qz)."""
+    `twinloop build geometry` poses a recorded scan; and the box's true pose (x y z qw qx qy qz).
+    `extra`: a cell that differs from its description (objects it lacks, another table height)."""
     from twinloop_builder.excitation import scan_view_positions
     from twinloop_builder.geometry.fusion import PosedFrame
     from twinloop_sim.workcell_sim import NO_NOISE, CameraRig
     from twinloop_twin.kinematics import UrdfTransforms
 
-    sim = WorkcellSimulation(workcell, physics)
+    sim = WorkcellSimulation(workcell, physics, model=None if extra is None else
+                             compile_workcell(workcell, physics, geometry=extra))
     kinematics = UrdfTransforms(workcell.urdf_xml)
     camera = workcell.cameras["wrist_camera"]
     rig = CameraRig(sim.model, {"wrist_camera": camera}, physics.noise if depth_noise else NO_NOISE, seed=seed)

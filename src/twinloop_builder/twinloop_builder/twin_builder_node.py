@@ -3,8 +3,11 @@
 A goal names the workcell, the parent version, the fit bags and the held-out bags; the
 node identifies the physics (twinloop_builder.build, pure Python), writes the next twin
 version and answers with its number, the held-out RMSE before and after, and what could
-not be identified. Feedback carries the stage, a 0..1 progress and a message; a cancel
-request stops the optimizer at its next iteration and writes nothing.
+not be identified. A goal with a scan bag instead builds the next version's geometry
+(twinloop_builder.geometry.from_scan). Feedback carries the stage, a 0..1 progress and a
+message; a cancel request stops the optimizer at its next iteration and writes nothing.
+The latest version's measured geometry (scan surface, scanned objects) is published
+latched on `~/geometry_markers` for RViz, at start and after each build.
 """
 from __future__ import annotations
 
@@ -19,10 +22,14 @@ from twinloop_interfaces.action import BuildTwin
 from twinloop_interfaces.msg import ErrorCode
 
 from twinloop_builder.build import build_identified_twin
+from twinloop_builder.geometry.from_scan import SCAN_ERRORS, ScanBuildSettings, build_geometry_from_scan
+from twinloop_builder.geometry.markers import geometry_markers
 from twinloop_builder.identification import IdentificationCancelled, IdentificationError, IdentificationSettings
 from twinloop_builder.recording import RecordingError
 from twinloop_ros.node import StartupError, declare, run_node
-from twinloop_twin.bundle import TwinError, TwinIntegrityError, TwinVersionExists
+from twinloop_ros.qos import LATCHED
+from twinloop_twin.bundle import TwinError, TwinIntegrityError, TwinVersionExists, latest_version, load_twin_version
+from visualization_msgs.msg import MarkerArray
 
 
 
@@ -40,6 +47,7 @@ class TwinBuilder(Node):
             "position_std_rad": (1.0e-4, "rad, joint position noise used to weight residuals"),
             "effort_std_nm": (0.1, "N*m, joint effort noise used to weight residuals"),
             "box_position_std_m": (0.001, "m, box position noise used to weight residuals"),
+            "scan_voxel_m": (0.004, "m, TSDF voxel of geometry builds from a scan"),
         })
         if not 0.0 < self.p["confidence"] < 1.0:
             raise StartupError(f"confidence must be in (0, 1), got {self.p['confidence']}")
@@ -56,7 +64,18 @@ class TwinBuilder(Node):
         self._server = ActionServer(self, BuildTwin, "~/build", execute_callback=self.execute,
                                     goal_callback=self.on_goal, cancel_callback=lambda _: CancelResponse.ACCEPT,
                                     callback_group=ReentrantCallbackGroup())
+        self.markers_pub = self.create_publisher(MarkerArray, "~/geometry_markers", LATCHED)
+        self.publish_geometry(self.p["default_workcell"])
         self.get_logger().info(f"twin builder up: twins in {Path(self.p['twins_root']).resolve()}")
+
+    def publish_geometry(self, workcell: str) -> None:
+        """The latest version's geometry on ~/geometry_markers (nothing when there is no twin)."""
+        try:
+            if latest_version(self.p["twins_root"], workcell) is None:
+                return
+            self.markers_pub.publish(geometry_markers(load_twin_version(self.p["twins_root"], workcell)))
+        except TwinError as error:
+            self.get_logger().warning(f"no geometry markers for {workcell}: {error}")
 
     def on_goal(self, goal: BuildTwin.Goal) -> GoalResponse:
         if self._busy.locked():
@@ -73,6 +92,8 @@ class TwinBuilder(Node):
             goal_handle.publish_feedback(BuildTwin.Feedback(stage=stage, progress=float(fraction), message=message))
             self.get_logger().info(message)
 
+        if goal.scan_bag:
+            return self.build_geometry(goal_handle, workcell, progress)
         with self._busy:
             try:
                 built = build_identified_twin(
@@ -96,6 +117,33 @@ class TwinBuilder(Node):
         result.held_out_rmse_before = r.held_out_rmse_before_rad
         result.held_out_rmse_after = r.held_out_rmse_after_rad
         result.not_identifiable = r.not_identifiable
+        goal_handle.succeed()
+        return result
+
+    def build_geometry(self, goal_handle, workcell: str, progress) -> BuildTwin.Result:
+        goal, result = goal_handle.request, BuildTwin.Result(version=-1)
+        if goal.fit_bags or goal.held_out_bags:
+            result.error = ErrorCode(code=ErrorCode.INVALID_ARGUMENT, message="a goal with a scan bag builds geometry "
+                                     "only: send the fit and held-out bags in a goal of their own")
+            goal_handle.abort()
+            return result
+        with self._busy:
+            try:
+                built = build_geometry_from_scan(
+                    self.p["twins_root"], workcell, goal.scan_bag, calibration=goal.scan_calibration or None,
+                    parent_version=None if goal.parent_version < 0 else goal.parent_version, progress=progress,
+                    settings=ScanBuildSettings(voxel_size_m=self.p["scan_voxel_m"]))
+            except (*SCAN_ERRORS, RecordingError, TwinError) as error:
+                message = " ".join(str(error).split())
+                code = ErrorCode.FILE_NOT_FOUND if "no bag at" in message else _code(error)
+                result.error = ErrorCode(code=code, message=message)
+                self.get_logger().error(message)
+                goal_handle.abort()
+                return result
+        self.publish_geometry(workcell)
+        result.error = ErrorCode(code=ErrorCode.NONE, message="")
+        result.version, result.twin_path = built.twin.version, str(built.twin.path)
+        result.summary = built.summary()
         goal_handle.succeed()
         return result
 

@@ -360,6 +360,13 @@ class BuildClient(GoalClient):
                               held_out_bags=list(held_out_bags), parameters=list(parameters))
         return self.send(goal, on_feedback, **options)
 
+    def build_geometry(self, scan_bag: str, *, calibration: str = "", workcell: str = "", parent_version: int = -1,
+                       on_feedback: Callable[[BuildTwin.Feedback], None] | None = None, **options) -> BuildTwin.Result:
+        """Fuse a scan bag and write the next twin version with its geometry."""
+        goal = BuildTwin.Goal(workcell=workcell, parent_version=parent_version, scan_bag=scan_bag,
+                              scan_calibration=calibration)
+        return self.send(goal, on_feedback, **options)
+
 
 class ReplayClient(GoalClient):
     """The replay server's ~/replay (Replay)."""

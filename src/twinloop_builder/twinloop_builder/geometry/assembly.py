@@ -3,7 +3,8 @@
 From a segmentation of a fused scan: the table top's measured height, the box (the
 described object whose size the scan matches) at its measured pose, and every other
 object resting on the table that is not a part of the described cell (the board, the
-static camera's stand) as a static collision box. Physics, calibration and the rest of the
+static camera's stand) as a static object: its solid closed down to the table, split into
+convex collision parts (coacd), with a decimated visual mesh (geometry.collision). Physics, calibration and the rest of the
 description are the parent version's. The measured sizes are checked against the
 description (the box's edges, the table's height): a scale error of the depth or of the
 camera poses shows there first.
@@ -27,6 +28,7 @@ from twinloop_twin.nominal import SCENE_FILE, load_scene, load_twin_workcell, sc
 from twinloop_twin.physics import load_physics
 from twinloop_twin.scene import ROBOT_ROOT_BODY, SCENE_BODIES
 
+from twinloop_builder.geometry.collision import CollisionSettings, ObjectMeshError, ObjectMeshes, object_meshes
 from twinloop_builder.geometry.fusion import FusedSurface
 from twinloop_builder.geometry.objects import Segmentation, TableObject
 
@@ -43,6 +45,7 @@ class AssemblySettings:
     box_size_tolerance_m: float = 0.01  # m, a scanned object is the box when each edge is this close
     known_margin_m: float = 0.02  # m, an object whose centre is this close to a described body is that body
     max_table_offset_m: float = 0.03  # m, a table measured farther from the described height: refused
+    collision: CollisionSettings = CollisionSettings()
 
 
 def geometry_layer(segmentation: Segmentation, parent_model: mujoco.MjModel, box_size_m, described_table_m: float,
@@ -81,7 +84,14 @@ def geometry_layer(segmentation: Segmentation, parent_model: mujoco.MjModel, box
             report["objects"].append({**entry, "taken_for": f"described body {match}"})
             continue
         name = f"object_{len(scanned)}"
-        scanned.append(_scanned(name, obj))
+        try:
+            meshes = object_meshes(obj, settings.collision)
+            entry["collision"] = {"convex_parts": len(meshes.parts), "solid_volume_cm3": round(meshes.volume_m3 * 1e6, 1),
+                                  "visual_triangles": len(meshes.visual_triangles)}
+        except ObjectMeshError as error:
+            meshes = None
+            entry["collision"] = f"its bounding box ({error})"
+        scanned.append(_scanned(name, obj, meshes))
         report["objects"].append({**entry, "taken_for": f"new static object {name}"})
     position, quat = _pose(box)
     # the box rests on the measured table: its centre half its described height above it
@@ -160,6 +170,12 @@ def _pose(obj: TableObject) -> tuple[tuple[float, float, float], tuple[float, fl
     return tuple(float(v) for v in obj.world_T_object[:3, 3]), (float(w), float(x), float(y), float(z))
 
 
-def _scanned(name: str, obj: TableObject) -> ScannedObject:
+def _scanned(name: str, obj: TableObject, meshes: ObjectMeshes | None) -> ScannedObject:
     position, quat = _pose(obj)
-    return ScannedObject(name, position, quat, tuple(float(v) for v in obj.size_m))
+    size = tuple(float(v) for v in obj.size_m)
+    if meshes is None:
+        return ScannedObject(name, position, quat, size)
+    return ScannedObject(name, position, quat, size,
+                         tuple(tuple(tuple(float(c) for c in v) for v in part) for part in meshes.parts),
+                         tuple(tuple(float(c) for c in v) for v in meshes.visual_vertices),
+                         tuple(tuple(int(i) for i in t) for t in meshes.visual_triangles))
