@@ -5,7 +5,7 @@ state it writes; renders every camera of the workcell at `camera_rate_hz` and pu
 realsense-ros topics: `/<camera>/color/image_raw` (rgb8), `/<camera>/depth/image_rect_raw`
 (16UC1, mm, aligned to color) and both camera_info topics, stamped with the time of the
 physics state the frame shows. A camera none of whose topics has a subscriber is not
-rendered (rendering is most of this process's CPU: ~26 ms a camera and frame at 640x480,
+rendered, and frames with no camera to render count neither as delivered nor skipped (rendering is most of this process's CPU: ~26 ms a camera and frame at 640x480,
 and the static camera's frames would wait behind the wrist camera's render). A frame that
 cannot be rendered in time is skipped, not queued; the latched `~/status` says how many were skipped against `camera_rate_hz` and
 the rate actually delivered (the workcell's status repeats it).
@@ -73,6 +73,7 @@ class EmulatedCameras(Node):
             }
         self.declared_rate_hz = p["camera_rate_hz"]
         self.frames_delivered = self.frames_skipped = 0
+        self._idle = False  # no camera had a subscriber at the last frame
         self._stamps_ns: deque[int] = deque(maxlen=max(2, round(5.0 * self.declared_rate_hz)))  # ~5 s
         self.status_pub = self.create_publisher(SystemStatus, "~/status", LATCHED)
         self.create_timer(1.0 / p["camera_rate_hz"], self.on_frame)
@@ -86,6 +87,14 @@ class EmulatedCameras(Node):
         if snapshot is None:
             return
         qpos, stamp_ns, _ = snapshot
+        wanted = [camera for camera, pubs in self.publishers_by_camera.items()
+                  if any(pub.get_subscription_count() for pub in pubs.values())]
+        if not wanted:
+            self._idle = True  # nothing asked for, nothing skipped: the rate counts rendered frames
+            return
+        if self._idle:  # rendering again: the time nothing was asked for is not a gap
+            self._stamps_ns.clear()
+            self._idle = False
         # A render slower than the period delays the next timer call past whole periods:
         # those frames were never made (counted on the frames' own clock, the physics').
         if self._stamps_ns:
@@ -94,10 +103,8 @@ class EmulatedCameras(Node):
         self.frames_delivered += 1
         self.rig.set_state(qpos)
         stamp = stamp_from_ns(stamp_ns)
-        for camera, intrinsics in self.rig.cameras.items():
-            pubs = self.publishers_by_camera[camera]
-            if not any(pub.get_subscription_count() for pub in pubs.values()):
-                continue
+        for camera in wanted:
+            intrinsics, pubs = self.rig.cameras[camera], self.publishers_by_camera[camera]
             rgb, depth_mm = self.rig.render(camera)
             pubs["color"].publish(image_msg(rgb, "rgb8", intrinsics.color_optical_frame, stamp))
             pubs["color_info"].publish(camera_info_msg(intrinsics, intrinsics.color_optical_frame, stamp))
