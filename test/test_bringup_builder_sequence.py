@@ -1,9 +1,11 @@
 """The builder README's sequence, run as the README writes it: `twinloop bringup` with the
 README's arguments, then the fit excitation, the held-out excitation, the pushes and the
 scan, each `twinloop build excite` exactly as the README shows it, and `twinloop build
-geometry` on the scan. Each excitation ends without a monitor fault and leaves a bag with
-the robot's topics from before the motion; the geometry build writes the next twin version
-with the box where the workcell put it.
+geometry` on the scan, then `twinloop build goal --scan` (the same build by the running twin
+builder). Each excitation ends without a monitor fault and leaves a bag with the robot's
+topics from before the motion; the geometry build writes the next twin version with the
+box where the workcell put it; the builder's goal writes the one after and publishes its
+geometry markers.
 
 Everything runs as subprocesses in a temporary working folder (the recorder writes
 `bags/` there, as it would in the user's folder) on a private localhost domain.
