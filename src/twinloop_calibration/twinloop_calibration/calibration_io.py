@@ -103,6 +103,32 @@ def load_calibration(path: Path | str) -> tuple[np.ndarray, dict[str, Any]]:
     return se3.from_xyz_quat(transform["translation_m"], transform["quaternion_xyzw"]), document
 
 
+class CalibrationFileError(ValueError):
+    """A calibration file that cannot be used; the message says what is wrong in it."""
+
+
+def read_camera_mount(path: Path | str, setup: str) -> tuple[str, np.ndarray]:
+    """(the parent frame, parent_T_camera) of a calibration file that must be of `setup`
+    (`eye_in_hand`: the parent is the link the camera rides on; `eye_to_hand`: the robot's
+    base). The one reader of the file for the stages that use a camera's pose."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text())
+        transform, parent, found = document["transform"], str(document["parent_frame"]), document["setup"]
+        translation = np.array(transform["translation_m"], dtype=float)
+        quaternion = np.array(transform["quaternion_xyzw"], dtype=float)
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as error:
+        raise CalibrationFileError(f"{path}: not a readable calibration file ({error}); write one with "
+                                   "`twinloop calibrate`") from error
+    if found != setup:
+        raise CalibrationFileError(f"{path}: a {found} calibration; this camera needs an {setup} one")
+    if translation.shape != (3,) or quaternion.shape != (4,) or not np.all(np.isfinite(np.r_[translation, quaternion])) \
+            or not math.isclose(float(np.linalg.norm(quaternion)), 1.0, abs_tol=1e-3):
+        raise CalibrationFileError(f"{path}: transform must be a finite translation_m (3) and a unit "
+                                   "quaternion_xyzw (4)")
+    return parent, se3.from_xyz_quat(translation, quaternion)
+
+
 def report(result: HandEyeResult, *, title: str = "hand-eye calibration",
            time_offset: TimeOffsetResult | None = None, target_spacing_m: float | None = None) -> str:
     """The result for a person; `target_spacing_m` (the target's square or dot spacing) puts

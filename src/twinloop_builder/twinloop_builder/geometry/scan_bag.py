@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import yaml
-from scipy.spatial.transform import Rotation
-
+from twinloop_calibration.calibration_io import CalibrationFileError, read_camera_mount
 from twinloop_twin.contract import ContractTopics
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.physics import ALL_JOINTS
@@ -73,14 +71,6 @@ def _camera_mount(workcell: WorkcellDescription, camera: str,
     if calibration_file is None:
         return frame, np.eye(4)
     try:
-        document = yaml.safe_load(Path(calibration_file).read_text())
-        transform = document["transform"]
-        mount = np.eye(4)
-        mount[:3, :3] = Rotation.from_quat(transform["quaternion_xyzw"]).as_matrix()
-        mount[:3, 3] = transform["translation_m"]
-        setup, parent = document["setup"], document["parent_frame"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as error:
-        raise FusionError(f"{calibration_file}: not a readable calibration file ({error})") from error
-    if setup != "eye_in_hand":
-        raise FusionError(f"{calibration_file}: a {setup} calibration; the wrist camera needs an eye_in_hand one")
-    return parent, mount
+        return read_camera_mount(calibration_file, "eye_in_hand")
+    except CalibrationFileError as error:
+        raise FusionError(str(error)) from error
