@@ -2,10 +2,10 @@
 
 A scan sees an object from above and from the sides; what lies under its top surface is
 unseen. The object is closed down to the table as a 2.5-D solid: a grid over its
-footprint in the object's frame, each cell a column from the table up to the surface seen
-there; manifold3d unites the columns into one watertight mesh (a union of boxes written
-by hand leaves T-junctions and edge-only contacts: not a manifold). coacd splits that
-mesh into convex parts, which is what a simulator collides (MuJoCo takes each mesh's
+footprint in the object's frame, each cell as high as the surface seen there, built as
+stacked prisms of each height level's outline and united by manifold3d into one
+watertight mesh (a union of boxes written by hand leaves T-junctions and edge-only
+contacts: not a manifold). coacd splits that mesh into convex parts, which is what a simulator collides (MuJoCo takes each mesh's
 convex hull: one hull of an L-shaped bracket would fill its notch). Open3D's quadric
 decimation gives a light visual mesh. All in the object's frame (TableObject.world_T_object).
 """
