@@ -110,9 +110,13 @@ def test_static_and_wrist_cameras_against_the_urdf_mounts(cell):
     # pair images and joint states less tightly.)
     assert wrist_error[0] < 0.5e-3 and math.degrees(wrist_error[1]) < 0.1
     assert static_error[0] < 1.5e-3 and math.degrees(static_error[1]) < 0.1
-    # The reported uncertainty is consistent with the error (within 4 sigma per block).
+    # The reported uncertainty covers the error (99.9 % of a chi-square, 3 dof; the static
+    # camera's frames are one averaged view: src/twinloop_calibration/test/test_live_run.py
+    # checks the coverage over seeds).
     d = se3.difference(static, world_T_static)
-    assert d[:3] @ np.linalg.solve(covariance[:3, :3], d[:3]) < 16 * 3
+    mahalanobis2 = d[:3] @ np.linalg.solve(covariance[:3, :3], d[:3])
+    print(f"static camera Mahalanobis^2 {mahalanobis2:.1f} (3 dof)")
+    assert mahalanobis2 < 16.27
     assert result.views_used >= 5 and result.held_out_rms_px < 1.0
     assert {f.stage for f in feedback} >= {"moving", "detecting", "solving"}
     assert result.calibration_path.endswith("static_camera.yaml")

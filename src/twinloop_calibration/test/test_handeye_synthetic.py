@@ -249,3 +249,27 @@ def test_a_focal_length_5_percent_off_is_flagged_as_a_scale_with_the_focal_lengt
     # makes them differ slightly: 0.963 +- 0.0035 here for 1/1.05 = 0.952).
     assert check.anomalous and check.scale == pytest.approx(1 / 1.05, abs=0.015)
     assert "focal length (one given 1.03" in check.describe(0.04) or "focal length (one given 1.04" in check.describe(0.04)
+
+
+def test_a_fixed_cameras_frames_are_one_view_with_their_shared_error():
+    """A fixed camera's frames of a fixed target share their detection errors (the image is
+    the same): averaged into one view, its noise is the shared error, not the frame noise
+    over sqrt(frames). Known truth: 0.1 px per corner, fixed; 0.05 px per frame; 20 frames."""
+    rng = np.random.default_rng(4)
+    camera = synthetic.DEFAULT_CAMERA
+    points = synthetic.DEFAULT_TARGET.object_points()
+    camera_T_target = synthetic.look_at(np.array([0.3, -0.6, 0.7]), np.array([0.1, 0.14, 0.0]), 0.3)
+    camera_T_target = se3.inv(camera_T_target)
+    exact = camera.project(points @ camera_T_target[:3, :3].T + camera_T_target[:3, 3])
+    shared = rng.normal(0.0, 0.1, exact.shape)
+    frames = [Detection(np.arange(len(points)), points, exact + shared + rng.normal(0.0, 0.05, exact.shape))
+              for _ in range(20)]
+    frames[3] = Detection(np.arange(5), points[:5], frames[3].image_points[:5])  # partly hidden once
+    view, pixel_std = handeye.average_fixed_view(frames, camera)
+    print(f"averaged view: {len(view)} points, noise {pixel_std:.3f} px (shared 0.1, frame 0.05 / sqrt(20) = 0.011)")
+    assert len(view) == len(points)
+    assert pixel_std == pytest.approx(math.hypot(0.1, 0.05 / math.sqrt(20)), rel=0.25)
+    # A target seen in too few points over half the frames is refused, saying what to do.
+    hidden = [Detection(np.arange(6), points[:6], f.image_points[:6]) for f in frames[:12]] + frames[12:]
+    with pytest.raises(DegenerateData, match="6 target points in at least half of its 20 images"):
+        handeye.average_fixed_view(hidden, camera)

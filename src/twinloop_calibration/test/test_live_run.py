@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
 from twinloop_calibration import se3
 from twinloop_calibration.degeneracy import CalibrationError
@@ -29,10 +30,11 @@ class SimulatedLiveCell:
     """twinloop_calibration.live.LiveCell in-process. Commands go through the envelope
     monitor's core (config/envelope.yaml's limits for the arm; `acceleration` overrides)."""
 
-    def __init__(self, workcell, kinematics, acceleration=(7.5, 3.75, 5.0, 6.25, 7.5, 10.0, 10.0)) -> None:
+    def __init__(self, workcell, kinematics, acceleration=(7.5, 3.75, 5.0, 6.25, 7.5, 10.0, 10.0), *,
+                 seed: int = 3) -> None:
         physics = load_physics(default_config_dir() / "emulated_truth.yaml")
-        self.sim = WorkcellSimulation(workcell, physics, seed=3)
-        self.rig = CameraRig(self.sim.model, workcell.cameras, physics.noise, seed=3)
+        self.sim = WorkcellSimulation(workcell, physics, seed=seed)
+        self.rig = CameraRig(self.sim.model, workcell.cameras, physics.noise, seed=seed)
         limits = build_limits(
             kinematics, joint_names=list(ARM_JOINTS), position_margins=[0.05] * 7, velocity_scale=0.5,
             acceleration_limits=list(acceleration), max_target_lead=[0.25] * 7, command_period_s=COMMAND_PERIOD_S,
@@ -141,6 +143,33 @@ def test_live_run_calibrates_the_wrist_camera_through_the_monitor(tmp_path, work
     assert cell.states_armed == ["armed", "disarmed"] and cell.monitor.state is State.DISARMED
     assert cell.forwarded > 0.9 * cell.sim.time_s / COMMAND_PERIOD_S - 100
     assert stages[0] == "moving" and {"detecting", "solving"} <= set(stages)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_static_camera_covariance_covers_its_error(seed, tmp_path, workcell, kinematics, detector):
+    """Issue: the static camera's reported covariance did not cover its error (Mahalanobis^2
+    20-35 for 3 dof): its frames, one image of a fixed board, were counted as independent
+    views. Each seed is its own sensor noise and its own wrist views; the shipped config's
+    view count and folds."""
+    cell = SimulatedLiveCell(workcell, kinematics, seed=seed)
+    settings = CalibrationSettings(calibration_root=str(tmp_path), num_views=12, folds=5, bootstrap=0, seed=seed)
+    outcome = WorkcellCalibration(workcell, detector, settings).calibrate(
+        CalibrationRequest("live", "static_camera", "eye_to_hand"), cell=cell, camera_info=camera_info(workcell))
+    truth = kinematics.world_T_link("static_camera_color_optical_frame", workcell.home_joint_positions)
+    solved = outcome.solved
+    d = se3.difference(solved.transform, truth)
+    translation = float(d[:3] @ np.linalg.solve(solved.covariance[:3, :3], d[:3]))
+    full = float(d @ np.linalg.solve(solved.covariance, d))
+    std_t, std_r = solved.std
+    print(f"seed {seed}: {np.linalg.norm(d[:3]) * 1e3:.2f} mm / {math.degrees(np.linalg.norm(d[3:])):.3f} deg from "
+          f"the URDF mount; 1-sigma {std_t * 1e3:.2f} mm / {math.degrees(std_r):.3f} deg; Mahalanobis^2 "
+          f"{translation:.1f} (3 dof) {full:.1f} (6 dof); static view noise {solved.noise.pixel_std_px:.3f} px "
+          f"over {solved.views_used} frames")
+    # 99 % of a chi-square: a covariance that is right fails one seed in 100 per bound.
+    assert translation < chi2.ppf(0.99, 3) and full < chi2.ppf(0.99, 6)
+    # and not bought with a uselessly wide one: the error is a sizeable fraction of it
+    assert np.linalg.norm(d[:3]) > 0.25 * std_t and std_t < 1.5e-3
+    assert solved.views_used >= 8 and solved.extra["covariance_model"].endswith("_averaged_fixed_view")
 
 
 def test_a_monitor_fault_ends_the_run_with_its_reason(tmp_path, workcell, kinematics, detector):
