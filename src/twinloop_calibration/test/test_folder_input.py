@@ -135,9 +135,11 @@ def test_the_real_set_as_a_folder_gives_the_data_set_loader_views(tmp_path):
     np.testing.assert_allclose(camera.camera_matrix, dataset.camera.camera_matrix)
     done = _run(f"twinloop calibrate --images {tmp_path / 'images'} --poses {tmp_path / 'poses_4x4_mm.txt'} "
                 f"--pose-units mm --target ros_industrial_10x10 --intrinsics {tmp_path / 'camera.yaml'} "
-                f"--bootstrap 0 --output {tmp_path / 'kinect.yaml'}", tmp_path)
+                f"--bootstrap 0 --correct-scale --max-translation-std-m 0.02 --max-rotation-std-deg 3 "
+                f"--output {tmp_path / 'kinect.yaml'}", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    api = handeye.calibrate("eye_in_hand", dataset.views, dataset.camera, handeye.Options())
+    api = handeye.calibrate("eye_in_hand", dataset.views, dataset.camera,
+                            handeye.Options(correct_scale=True, max_translation_std_m=0.02, max_rotation_std_deg=3.0))
     error_t, error_r = se3.errors(_reported_transform(done.stdout), api.transform)
     assert error_t < 1e-5 and error_r < 1e-4  # the report rounds to 5 decimals
     written = yaml.safe_load((tmp_path / "kinect.yaml").read_text())

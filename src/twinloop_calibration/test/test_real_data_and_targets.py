@@ -14,6 +14,7 @@ import pytest
 
 from twinloop_calibration import handeye, se3
 from twinloop_calibration.datasets import load_industrial_calibration
+from twinloop_calibration.degeneracy import DegenerateData
 from twinloop_calibration.intrinsics import calibrate_intrinsics, solve_pnp
 from twinloop_calibration.targets import (Detection, TargetConfigError, TargetDetector, TargetNotFound,
                                           charuco_board, load_targets, parse_target)
@@ -72,9 +73,9 @@ def test_real_data_passes_the_upstream_acceptance(dataset):
     assert result.method == "refined_scale_corrected" and result.scale_check.applied
     assert result.held_out_rms_px < min(v for k, v in result.held_out_rms_px_by_candidate.items() if "opencv" in k)
     assert opencv_best > 0.005  # OpenCV's answers are centimetres away from it
-    # The noise model does not hold here (nominal intrinsics): the per-view sandwich is used
-    # and its translation std is honest to within a factor 3 of a bootstrap.
-    assert result.extra["covariance_model"] == "per_view_sandwich_scale_free"
+    # The noise model does not hold here (nominal intrinsics): the covariance is the jackknife
+    # over the views (test_handeye_uncertainty.py checks it against a bootstrap).
+    assert result.extra["covariance_model"] == "per_view_jackknife_scale_free"
     assert 0.003 < result.std[0] < 0.015
 
 
@@ -154,9 +155,14 @@ def test_real_data_scale_check_finds_the_grid_smaller_than_described(dataset):
     """The robot's motion implies a grid spacing 2.3 % below the 25.4 mm the data set states.
     The focal length is not the cause: with intrinsics calibrated from the same views (which
     no board scale can change) the scale stays the same within its uncertainty."""
-    options = handeye.Options(max_translation_std_m=0.02, max_rotation_std_deg=3.0)
+    # With the default limits the result is refused, and the refusal names the target's scale.
+    with pytest.raises(DegenerateData, match=r"target as described does not fit the views \(target scale 0\.97"):
+        handeye.calibrate("eye_in_hand", dataset.views, dataset.camera, handeye.Options())
+    # OpenCV's estimate, the fallback, is uncertain to centimetres here (its jackknife): looser limits.
+    options = handeye.Options(max_translation_std_m=0.1, max_rotation_std_deg=10.0)
     default = handeye.calibrate("eye_in_hand", dataset.views, dataset.camera, options)
     nominal = default.scale_check
+    assert default.extra["covariance_model"] == "opencv_jackknife"
     # The refinement's model (the grid as described) is wrong: the result is OpenCV's estimate.
     assert default.method.startswith("opencv_") and nominal.fallback and not nominal.applied
     model = calibrate_intrinsics([v.detection for v in dataset.views], (dataset.camera.width, dataset.camera.height))

@@ -93,8 +93,9 @@ def check_views(base_T_gripper: Sequence[np.ndarray], *, min_views: int = 5,
 
 
 def check_precision(covariance: np.ndarray, *, max_translation_std_m: float,
-                    max_rotation_std_deg: float, what: str) -> None:
-    """Refuse a result whose 1-sigma uncertainty exceeds the limits; name the worst direction."""
+                    max_rotation_std_deg: float, what: str, cause: str = "") -> None:
+    """Refuse a result whose 1-sigma uncertainty exceeds the limits; name the worst direction
+    and what to do: `cause` when the caller knows why (replaces the advice on views)."""
     translation = covariance[:3, :3]
     rotation = covariance[3:, 3:]
     t_values, t_vectors = np.linalg.eigh(translation)
@@ -104,10 +105,11 @@ def check_precision(covariance: np.ndarray, *, max_translation_std_m: float,
     if t_std > max_translation_std_m:
         raise DegenerateData(
             f"{what}: translation uncertainty {t_std * 1e3:.1f} mm (1 sigma) along "
-            f"{_axis_text(t_vectors[:, -1])} exceeds {max_translation_std_m * 1e3:.1f} mm; add views with "
-            "larger rotations about axes perpendicular to that direction, and closer views of the target.")
+            f"{_axis_text(t_vectors[:, -1])} exceeds {max_translation_std_m * 1e3:.1f} mm; " + (cause or (
+                "add views with larger rotations about axes perpendicular to that direction, and closer views "
+                "of the target.")))
     if r_std > max_rotation_std_deg:
         raise DegenerateData(
             f"{what}: rotation uncertainty {r_std:.2f} deg (1 sigma) about {_axis_text(r_vectors[:, -1])} "
-            f"exceeds {max_rotation_std_deg:.2f} deg; add views with the target nearer the image borders "
-            "and tilted views.")
+            f"exceeds {max_rotation_std_deg:.2f} deg; " + (cause or (
+                "add views with the target nearer the image borders and tilted views.")))
