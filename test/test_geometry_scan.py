@@ -299,3 +299,26 @@ def test_an_undescribed_l_bracket_becomes_convex_collision_parts_that_leave_its_
     mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
     mujoco.mj_step(model, data, nstep=500)
     assert all(w.number == 0 for w in data.warning), [(i, w.number) for i, w in enumerate(data.warning) if w.number]
+
+
+def test_a_missing_scan_bag_is_file_not_found_for_the_node(tmp_path):
+    """The twin builder answers a goal with the error's own code (no message matching)."""
+    from twinloop_builder.geometry.fusion import ScanBagNotFound
+    from twinloop_builder.geometry.scan_bag import scan_frames
+
+    with pytest.raises(ScanBagNotFound, match="no bag at") as missing:
+        scan_frames(tmp_path / "nowhere", load_workcell())
+    assert missing.value.code == "FILE_NOT_FOUND"
+
+
+@pytest.mark.parametrize("arguments, says", [
+    ("--scan a --held-out b", "--held-out and --select belong to a physics build"),
+    ("--scan a --select command", "--held-out and --select belong to a physics build"),
+    ("--fit a --calibration wrist.yaml", "--calibration goes with --scan"),
+    ("--fit a --scan b", "one of them"),
+    ("", "one of them"),
+])
+def test_a_goal_with_arguments_that_do_not_go_together_is_refused_before_any_ros_start_up(arguments, says):
+    done = subprocess.run([sys.executable, "-m", "twinloop_builder.cli", "goal", *arguments.split()],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr

@@ -171,6 +171,13 @@ def _goal(args) -> int:
         print("twinloop build: give --fit BAG... (identify physics) or --scan BAG (build geometry), one of them",
               file=sys.stderr)
         return 2
+    if args.scan and (args.held_out or args.select):
+        print("twinloop build: --held-out and --select belong to a physics build (--fit); a --scan goal builds "
+              "geometry only", file=sys.stderr)
+        return 2
+    if args.calibration and not args.scan:
+        print("twinloop build: --calibration goes with --scan (the wrist camera's pose for the scan)", file=sys.stderr)
+        return 2
 
     def body(session) -> int:
         progress = Progress()

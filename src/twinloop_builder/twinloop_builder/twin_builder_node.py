@@ -65,8 +65,13 @@ class TwinBuilder(Node):
                                     goal_callback=self.on_goal, cancel_callback=lambda _: CancelResponse.ACCEPT,
                                     callback_group=ReentrantCallbackGroup())
         self.markers_pub = self.create_publisher(MarkerArray, "~/geometry_markers", LATCHED)
-        self.publish_geometry(self.p["default_workcell"])
+        # Once, off the start-up path: loading a twin and decimating its scan surface takes up to ~0.5 s.
+        self._first_markers = self.create_timer(0.0, self._publish_first_markers)
         self.get_logger().info(f"twin builder up: twins in {Path(self.p['twins_root']).resolve()}")
+
+    def _publish_first_markers(self) -> None:
+        self._first_markers.cancel()
+        self.publish_geometry(self.p["default_workcell"])
 
     def publish_geometry(self, workcell: str) -> None:
         """The latest version's geometry on ~/geometry_markers (nothing when there is no twin)."""
@@ -135,8 +140,7 @@ class TwinBuilder(Node):
                     settings=ScanBuildSettings(voxel_size_m=self.p["scan_voxel_m"]))
             except (*SCAN_ERRORS, RecordingError, TwinError) as error:
                 message = " ".join(str(error).split())
-                code = ErrorCode.FILE_NOT_FOUND if "no bag at" in message else _code(error)
-                result.error = ErrorCode(code=code, message=message)
+                result.error = ErrorCode(code=_code(error), message=message)
                 self.get_logger().error(message)
                 goal_handle.abort()
                 return result

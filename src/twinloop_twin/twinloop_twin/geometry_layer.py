@@ -40,6 +40,16 @@ class ScannedObject:
     visual_vertices: tuple[tuple[float, float, float], ...] = ()
     visual_triangles: tuple[tuple[int, int, int], ...] = ()
 
+    @classmethod
+    def from_arrays(cls, name: str, position_m, quat_wxyz, size_m, collision_parts=(), visual_vertices=(),
+                    visual_triangles=()) -> ScannedObject:
+        """From array-likes (numpy arrays, or lists read from YAML); ValueError on a wrong
+        length or a number that is not finite."""
+        return cls(str(name), _vector(position_m, 3), _vector(quat_wxyz, 4), _vector(size_m, 3),
+                   tuple(tuple(_vector(v, 3) for v in part) for part in collision_parts),
+                   tuple(_vector(v, 3) for v in visual_vertices),
+                   tuple(tuple(int(i) for i in _vector(t, 3)) for t in visual_triangles))
+
 
 @dataclass(frozen=True)
 class GeometryLayer:
@@ -130,11 +140,9 @@ def _object_document(obj: ScannedObject) -> dict[str, Any]:
 
 def _scanned_object(raw: dict[str, Any]) -> ScannedObject:
     visual = raw.get("visual_mesh") or {}
-    return ScannedObject(
-        str(raw["name"]), _vector(raw["position_m"], 3), _vector(raw["quat_wxyz"], 4), _vector(raw["size_m"], 3),
-        tuple(tuple(_vector(v, 3) for v in part) for part in raw.get("collision_parts") or []),
-        tuple(_vector(v, 3) for v in visual.get("vertices") or []),
-        tuple(tuple(int(i) for i in _vector(t, 3)) for t in visual.get("triangles") or []))
+    return ScannedObject.from_arrays(raw["name"], raw["position_m"], raw["quat_wxyz"], raw["size_m"],
+                                     raw.get("collision_parts") or (), visual.get("vertices") or (),
+                                     visual.get("triangles") or ())
 
 
 def _vector(values: Any, n: int) -> tuple[float, ...]:

@@ -172,10 +172,7 @@ def _pose(obj: TableObject) -> tuple[tuple[float, float, float], tuple[float, fl
 
 def _scanned(name: str, obj: TableObject, meshes: ObjectMeshes | None) -> ScannedObject:
     position, quat = _pose(obj)
-    size = tuple(float(v) for v in obj.size_m)
     if meshes is None:
-        return ScannedObject(name, position, quat, size)
-    return ScannedObject(name, position, quat, size,
-                         tuple(tuple(tuple(float(c) for c in v) for v in part) for part in meshes.parts),
-                         tuple(tuple(float(c) for c in v) for v in meshes.visual_vertices),
-                         tuple(tuple(int(i) for i in t) for t in meshes.visual_triangles))
+        return ScannedObject.from_arrays(name, position, quat, obj.size_m)
+    return ScannedObject.from_arrays(name, position, quat, obj.size_m, meshes.parts, meshes.visual_vertices,
+                                     meshes.visual_triangles)

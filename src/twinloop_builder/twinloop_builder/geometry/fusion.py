@@ -14,7 +14,14 @@ import open3d.core as o3c
 
 
 class FusionError(ValueError):
-    """Frames that cannot be fused; the message says which and what to do."""
+    """Frames that cannot be fused; the message says which and what to do. `code`: the
+    twinloop_interfaces/ErrorCode name a node answers with."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class ScanBagNotFound(FusionError, FileNotFoundError):
+    code = "FILE_NOT_FOUND"
 
 
 @dataclass(frozen=True)

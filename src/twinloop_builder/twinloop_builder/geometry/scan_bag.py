@@ -14,13 +14,13 @@ from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.physics import ALL_JOINTS
 from twinloop_twin.workcell import WorkcellDescription
 
-from twinloop_builder.geometry.fusion import FusionError, PosedFrame
+from twinloop_builder.geometry.fusion import FusionError, PosedFrame, ScanBagNotFound
 
 
 def scan_frames(bag_path: Path | str, workcell: WorkcellDescription, *, camera: str = "wrist_camera",
                 calibration_file: Path | str | None = None, max_joint_speed_rad_s: float = 0.01,
                 every: int = 1) -> list[PosedFrame]:
-    from twinloop_logging.bag_reader import BagError, open_bag  # rosbags import is slow; only here
+    from twinloop_logging.bag_reader import BagError, BagNotFoundError, open_bag  # rosbags import is slow; only here
 
     if camera not in workcell.cameras:
         raise FusionError(f"camera '{camera}' is not in the workcell; cameras: {sorted(workcell.cameras)}")
@@ -56,6 +56,8 @@ def scan_frames(bag_path: Path | str, workcell: WorkcellDescription, *, camera: 
                 joints = {j: float(np.interp(stamp, state_t, states.position[:, c])) for c, j in enumerate(ALL_JOINTS)}
                 world_T_camera = kinematics.world_T_link(parent, joints) @ parent_T_camera
                 frames.append(PosedFrame(color, depth.pop(stamp), camera_matrix, world_T_camera, name=f"{camera}@{stamp}"))
+    except BagNotFoundError as error:
+        raise ScanBagNotFound(str(error)) from error
     except BagError as error:
         raise FusionError(str(error)) from error
     if not frames:
