@@ -72,5 +72,5 @@ def build_geometry_from_scan(root: Path | str, workcell: str, scan: Path | str, 
     twin, report = build_geometry_twin(root, workcell, surface, segmentation, parent_version=parent.version,
                                        source_bags=(bag,), source={"scan": str(scan), "frames": len(frames)},
                                        settings=settings.assembly)
-    progress("done", 1.0, f"wrote {twin.path}")
+    progress("done", 1.0, f"version v{twin.version} of {workcell} written")
     return ScanBuild(twin, report, len(frames))
