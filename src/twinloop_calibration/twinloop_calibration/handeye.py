@@ -185,7 +185,7 @@ class HandEyeResult:
     target_transform: np.ndarray  # base_T_target (eye-in-hand) or gripper_T_target (eye-to-hand)
     covariance: np.ndarray  # 6x6 of `transform`, (dt, dr): m, rad
     target_covariance: np.ndarray
-    method: str  # "refined" or "opencv_<name>", chosen by held-out residual
+    method: str  # "refined_robot_noise" where the noise model holds; else "refined" or "opencv_<name>" by held-out residual
     reprojection_rms_px: float
     held_out_rms_px: float
     held_out_rms_px_by_candidate: dict[str, float]
@@ -763,7 +763,13 @@ def _choose(held: dict[str, float]) -> str:
 def _finish(setup, used, camera, options, fit: _Fit, rejected, diversity,
             progress: Progress = lambda stage, done, total: None) -> HandEyeResult:
     held = _held_out(setup, used, camera, options, (), None, progress) if options.folds >= 2 else {}
-    chosen = _choose(held)
+    # Where the noise model holds, the robot-noise refinement is its maximum-likelihood
+    # estimate: choosing among the candidates by a held-out residual of a few views each
+    # added variance the covariance does not hold (synthetic, 20 seeds of 12 views: mean
+    # error 1.09 mm / 0.205 deg against 1.01 mm / 0.171 deg; a bootstrap over the views
+    # switched candidates in 8-12 of 20 resamples). Where it does not, the held-out residual chooses.
+    ml = options.estimate_robot_noise and not fit.noise.at_bound and "refined_robot_noise" in held
+    chosen = "refined_robot_noise" if ml else _choose(held)
     covariance, covariance_model = _covariance(fit, chosen, used)
     transforms = fit.candidates()[chosen]
     progress("scale check", 0, 1)
