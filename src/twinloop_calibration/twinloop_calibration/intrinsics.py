@@ -28,6 +28,8 @@ class CameraModel:
     height: int = 0  # px
     reprojection_rms_px: float | None = None  # set when calibrated here
     per_view_rms_px: tuple[float, ...] = ()
+    # when calibrated here: std of fx, fy, cx, cy, k1, k2, p1, p2, k3 (cv2.calibrateCameraExtended)
+    intrinsics_std: tuple[float, ...] = ()
 
     def project(self, points_camera: np.ndarray) -> np.ndarray:
         """Project N x 3 points given in the camera's optical frame to N x 2 pixels."""
@@ -61,7 +63,7 @@ def calibrate_intrinsics(detections: Sequence[Detection], image_size: tuple[int,
         raise IntrinsicsError(f"intrinsics need at least {min_views} views with the target found, got "
                               f"{len(views)}; collect more views (or use camera_info)")
     flags = cv2.CALIB_FIX_K3 if fix_k3 else 0
-    rms, matrix, distortion, rvecs, tvecs = cv2.calibrateCamera(
+    rms, matrix, distortion, rvecs, tvecs, intrinsics_std, _, _ = cv2.calibrateCameraExtended(
         [d.object_points.astype(np.float32) for d in views], [d.image_points.astype(np.float32) for d in views],
         image_size, None, None, flags=flags)
     per_view = []
@@ -69,7 +71,8 @@ def calibrate_intrinsics(detections: Sequence[Detection], image_size: tuple[int,
         projected, _ = cv2.projectPoints(detection.object_points, rvec, tvec, matrix, distortion)
         per_view.append(float(np.sqrt(np.mean(np.sum((projected.reshape(-1, 2) - detection.image_points) ** 2,
                                                      axis=1)))))
-    return CameraModel(matrix, distortion.ravel()[:5], image_size[0], image_size[1], float(rms), tuple(per_view))
+    return CameraModel(matrix, distortion.ravel()[:5], image_size[0], image_size[1], float(rms), tuple(per_view),
+                       tuple(float(v) for v in np.asarray(intrinsics_std).ravel()[:9]))
 
 
 def solve_pnp(detection: Detection, camera: CameraModel) -> np.ndarray:
