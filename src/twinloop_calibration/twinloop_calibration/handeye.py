@@ -502,6 +502,15 @@ class _Fit:
     best_opencv: str
     setup: Setup = Setup.EYE_IN_HAND
 
+    def problem(self, candidate: str) -> _Problem:
+        """The refinement a refined candidate came from (OpenCV's shares the pixel one's unknowns)."""
+        return self.whitened if candidate == "refined_robot_noise" else self.pixel
+
+    def opencv_again(self, views: Sequence[View]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(X, B) of the best OpenCV method on other views (a jackknife or bootstrap sample)."""
+        return opencv_estimates(self.setup, views, self.pixel.groups[0].camera,
+                                methods=(self.best_opencv,)).get(self.best_opencv)
+
     def candidates(self) -> dict[str, dict[str, np.ndarray]]:
         x, b = self.opencv[self.best_opencv]
         return {"refined": dict(self.pixel.reference), "refined_robot_noise": dict(self.whitened.reference),
@@ -557,8 +566,7 @@ def _covariance(fit: _Fit, candidate: str, views: Sequence[View] = ()) -> tuple[
     """
     if candidate == "opencv":
         return _opencv_jackknife(fit, views), "opencv_jackknife"
-    problem = fit.whitened if candidate == "refined_robot_noise" else fit.pixel
-    return _problem_covariance(problem, fit.noise, whitened=candidate == "refined_robot_noise")
+    return _problem_covariance(fit.problem(candidate), fit.noise, whitened=candidate == "refined_robot_noise")
 
 
 def _problem_covariance(problem: _Problem, noise: NoiseModel, *, whitened: bool,
@@ -661,12 +669,10 @@ def _jackknife(problem: _Problem, *, one_step: bool = False) -> np.ndarray:
 def _opencv_jackknife(fit: _Fit, views: Sequence[View]) -> np.ndarray:
     """Covariance of OpenCV's estimate (X, then B: the refinement's first two unknowns) by the
     jackknife of the same method over the views (milliseconds a solve)."""
-    setup, camera = fit.setup, fit.pixel.groups[0].camera
     x, b = fit.opencv[fit.best_opencv]
     deltas = []
     for i in range(len(views)):
-        estimate = opencv_estimates(setup, [v for k, v in enumerate(views) if k != i], camera,
-                                    methods=(fit.best_opencv,)).get(fit.best_opencv)
+        estimate = fit.opencv_again([v for k, v in enumerate(views) if k != i])
         if estimate is not None:
             deltas.append(np.concatenate([se3.difference(estimate[0], x), se3.difference(estimate[1], b)]))
     count = len(deltas)
@@ -682,7 +688,7 @@ def _scale_check(setup: Setup, views: Sequence[View], camera: CameraModel, optio
     otherwise reads as robot pose error); test scale == 1."""
     free = _fit(setup, views, camera, options, estimate_scale=True, warm=fit)
     whitened = chosen == "refined_robot_noise"
-    problem = free.whitened if whitened else free.pixel
+    problem = free.problem(chosen)
     # the quick jackknife for the test; a result that takes the corrected solution gets the solved one (_finish)
     covariance, _ = _problem_covariance(problem, free.noise, whitened=whitened, one_step=True)
     k = 6 * len(problem.names)
@@ -820,7 +826,7 @@ def _finish(setup, used, camera, options, fit: _Fit, rejected, diversity,
         transforms = fit.candidates()[chosen]
         scale = replace(scale, fallback=fit.best_opencv)
     if chosen != "opencv" and camera.intrinsics_std:
-        problem = scale.problem if scale_applied else fit.whitened if chosen == "refined_robot_noise" else fit.pixel
+        problem = scale.problem if scale_applied else fit.problem(chosen)
         k = len(covariance)
         covariance = covariance + _intrinsics_covariance(problem, camera)[:k, :k]
         covariance_model += "+intrinsics"
@@ -842,8 +848,8 @@ def _finish(setup, used, camera, options, fit: _Fit, rejected, diversity,
     if options.bootstrap > 0 and chosen == "opencv":
         result.bootstrap_covariance = _opencv_bootstrap(fit, used, options, progress)
     elif options.bootstrap > 0:
-        refined = fit.whitened if chosen == "refined_robot_noise" else fit.pixel
-        result.bootstrap_covariance = _bootstrap(scale.problem if scale_applied else refined, options, progress)
+        result.bootstrap_covariance = _bootstrap(scale.problem if scale_applied else fit.problem(chosen), options,
+                                                 progress)
     check_precision(result.covariance, max_translation_std_m=options.max_translation_std_m,
                     max_rotation_std_deg=options.max_rotation_std_deg,
                     what=f"{setup.value} calibration from {len(used)} views", cause=_imprecision_cause(result))
@@ -886,9 +892,7 @@ def _opencv_bootstrap(fit: _Fit, views: Sequence[View], options: Options,
     deltas = []
     for resample in range(options.bootstrap):
         progress("bootstrap", resample, options.bootstrap)
-        pick = rng.integers(0, len(views), len(views))
-        estimate = opencv_estimates(fit.setup, [views[i] for i in pick], fit.pixel.groups[0].camera,
-                                    methods=(fit.best_opencv,)).get(fit.best_opencv)
+        estimate = fit.opencv_again([views[i] for i in rng.integers(0, len(views), len(views))])
         if estimate is not None:
             deltas.append(se3.difference(estimate[0], x))
     return np.cov(np.array(deltas).T)
@@ -956,7 +960,7 @@ def calibrate_static_camera_via_fixed_target(wrist_views: Sequence[View], wrist_
     y0 = wrist.target_transform @ se3.inv(solve_pnp(view, static_camera))
     fit = _fit(Setup.EYE_IN_HAND, used, wrist_camera, options, [static_group], {"y": y0})
     chosen = "refined_robot_noise" if wrist.method == "refined_robot_noise" else "refined"
-    problem = fit.whitened if chosen == "refined_robot_noise" else fit.pixel
+    problem = fit.problem(chosen)
     transforms = problem.reference
     full, covariance_model = _covariance(fit, chosen)
     # Reorder the unknowns: the static camera's transform, then the target's, then the wrist camera's.
