@@ -106,7 +106,7 @@ def test_a_monitor_fault_ends_excite_with_its_reason(tmp_path):
 
 
 def test_pushes_go_through_the_monitor_and_move_the_box(tmp_path):
-    """The pushes start from where the box tracker sees the box (the static camera on)."""
+    """The pushes and the lift start from where the box tracker sees the box (the static camera on)."""
     cell = start_cell(tmp_path, workcell_parameters={"cameras_enabled": True})
     cell.extra.append(NodeProcess("twinloop_perception.box_tracker_node", cell.domain_id, log_path=tmp_path / "tracker.log",
                                   extra_args=["--params-file", str(default_config_dir() / "box_tracker.yaml")]))
@@ -115,6 +115,7 @@ def test_pushes_go_through_the_monitor_and_move_the_box(tmp_path):
         assert done.returncode == 0, done.stderr + cell.monitor.log()
         # The configured pushes need more than the joint limits allow; they are slowed, and say so.
         assert done.stderr.count("played push") == 3 and "instead of 0.35" in done.stderr, done.stderr
+        assert done.stderr.count("played lift") == 1, done.stderr  # then the lift (config/excitation.yaml)
         status = cell.latest_status()
         assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
         assert status.commands_rejected == 0 and status.commands_forwarded > 3 * 1500, status
@@ -122,14 +123,17 @@ def test_pushes_go_through_the_monitor_and_move_the_box(tmp_path):
         boxes = [m.msg.pose.position for m in bag.messages(["/twinloop/emulated_workcell/box_pose"])]
         moved = np.hypot(boxes[-1].x - boxes[0].x, boxes[-1].y - boxes[0].y)
         assert moved > 0.03, moved  # three pushes of 4-5 cm past contact
+        lifted = max(b.z for b in boxes) - boxes[0].z
+        assert lifted > 0.03, lifted  # lifted 5 cm in the grip (it slips a little)
         # the bag holds the tracked poses too, and the last one is where the box came to rest
         tracked = [m.msg.pose.pose.position for m in bag.messages(["/twinloop/perception/box_pose"])]
         assert len(tracked) > 20  # 15 Hz frames; fewer while the host is loaded (seen: 42 in 40 s)
         assert np.hypot(tracked[-1].x - boxes[-1].x, tracked[-1].y - boxes[-1].y) < 0.002
-        # identification reads the tracked poses by default and finds each push in them
+        # identification reads the tracked poses by default and finds each push in them, and
+        # the lift where the fingers held the box
         recording = load_recording(bag.path)
         assert recording.box_source == "tracked" and len(recording.box_t) == len(tracked)
-        assert len(push_windows(recording, IdentificationSettings())) == 3
+        assert len(push_windows(recording, IdentificationSettings())) == 4
     finally:
         cell.close()
 

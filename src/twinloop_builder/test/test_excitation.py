@@ -7,7 +7,7 @@ import pytest
 
 from twinloop_builder.excitation import (DEFAULT_ACCELERATION_LIMITS, ExcitationError, JointExcitationConfig,
                                          WorkspaceChecker, approach, joint_excitation, load_excitation_config,
-                                         motion_limits, push_trajectory)
+                                         lift_trajectory, motion_limits, push_trajectory)
 from twinloop_twin.physics import ARM_JOINTS, COMMANDED_JOINTS
 from twinloop_twin.workcell import default_config_dir
 
@@ -77,6 +77,54 @@ def test_pushes_keep_to_joint_speed_and_acceleration_limits(workcell, spec):
                            workcell.home_joint_positions, checker, max_speed=max_speed,
                            max_acceleration=max_acceleration)
     assert fast.slowed > 1.5
+
+
+def test_lifts_keep_to_the_limits_and_grip_the_box(workcell, spec):
+    """The lifts of config/excitation.yaml pass the monitor's per-step checks (the fingers
+    included), start and end at home, open around the box and close squeeze_m past its faces
+    while the hand rises height_m above where it grasped."""
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    assert config.lifts
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
+    checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
+    home = np.array([workcell.home_joint_positions[j] for j in COMMANDED_JOINTS])
+    box = np.array(workcell.box.world_position_m)
+    half = workcell.box.size_m[0] / 2
+    gripper = COMMANDED_JOINTS.index("panda_finger_joint1")
+    for lift in config.lifts:
+        path = lift_trajectory(lift, box, half, workcell.home_joint_positions, checker, max_speed=max_speed,
+                               max_acceleration=max_acceleration)
+        dt = path.t[1] - path.t[0]
+        speed = np.abs(np.diff(path.positions, axis=0)).max(0) / dt
+        accel = np.abs(np.diff(path.positions, 2, axis=0)).max(0) / dt**2
+        assert np.all(speed <= [max_speed[j] + 1e-9 for j in path.joints]), speed
+        assert np.all(accel <= [max_acceleration[j] + 1e-9 for j in path.joints]), accel
+        assert np.allclose(path.positions[0], home) and np.allclose(path.positions[-1], home)
+        fingers = path.positions[:, gripper]
+        assert fingers.min() == pytest.approx(half - lift.squeeze_m, abs=1e-9)
+        heights = []
+        for row in path.positions:
+            checker.set(dict(zip(path.joints, row)))
+            heights.append(checker.tcp_pose()[0][2])
+        heights = np.array(heights)
+        closed = fingers <= half - lift.squeeze_m + 1e-9
+        grasp = heights[closed].min()
+        assert grasp == pytest.approx(box[2], abs=1e-3)  # closed around the box's middle
+        assert heights[closed].max() - grasp == pytest.approx(lift.height_m, abs=1e-3)
+        held = np.sum(closed & (heights > grasp + lift.height_m - 1e-4)) * dt
+        assert held >= lift.hold_s
+        assert np.all(fingers[heights < grasp + 0.02] >= half - lift.squeeze_m - 1e-9)
+
+
+def test_a_lift_the_gripper_would_pause_on_is_refused(tmp_path):
+    raw = (default_config_dir() / "excitation.yaml").read_text()
+    bad = tmp_path / "excitation.yaml"
+    bad.write_text(raw.replace("squeeze_m: 0.03}", "squeeze_m: 0.05}"))
+    with pytest.raises(ExcitationError, match="squeeze_m 0.05 must stay below the gripper's pause_lead"):
+        load_excitation_config(bad)
+    bad.write_text(raw.replace("hold_s: 1.5,", "hold_s: .nan,"))
+    with pytest.raises(ExcitationError, match="lift 0: hold_s must be a finite number"):
+        load_excitation_config(bad)
 
 
 def test_unsafe_excitation_is_refused(workcell, spec, amplitude):

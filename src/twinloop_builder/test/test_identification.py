@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from twinloop_builder import identification as ident
-from twinloop_builder.excitation import WorkspaceChecker, load_excitation_config, motion_limits, push_trajectory
+from twinloop_builder.excitation import (WorkspaceChecker, lift_trajectory, load_excitation_config, motion_limits,
+                                         push_trajectory)
 from twinloop_builder.identification.data import column_weights, make_segment, push_windows
 from twinloop_builder.identification.fit import BlockedRollout, Stage, fit_least_squares
 from twinloop_builder.identification.model import FitVariable, base_model, mimic_leaders, prismatic_joints
@@ -115,17 +116,25 @@ def test_joint_that_never_moves_is_flagged_not_identifiable(workcell, nominal, t
     assert result.estimates["actuator.panda_joint2.kp"].identifiable
 
 
-def test_box_mass_and_friction_from_pushes(workcell, nominal, truth, spec):
+def test_box_mass_and_friction_apart_from_pushes_and_a_lift(workcell, nominal, truth, spec):
+    """The default box excitation (pushes, then a lift) on the truth file: pushes feel mass
+    times friction, the held box its mass alone; both, and the finger friction, come out
+    identifiable and within 5 %. (The pushes alone left mass and friction confounded,
+    correlation 0.99, intervals spanning 20x.)"""
     config = load_excitation_config(default_config_dir() / "excitation.yaml")
     checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
     max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
-    pushes = [lambda box, p=p: push_trajectory(p, box, workcell.box.size_m[0] / 2, workcell.home_joint_positions,
-                                               checker, max_speed=max_speed, max_acceleration=max_acceleration)
-              for p in config.pushes]
-    fit = simulate_session(workcell, truth, pushes, seed=5)
+    limits = dict(max_speed=max_speed, max_acceleration=max_acceleration)
+    half, home = workcell.box.size_m[0] / 2, workcell.home_joint_positions
+    segments = [lambda box, p=p: push_trajectory(p, box, half, home, checker, **limits) for p in config.pushes]
+    segments += [lambda box, lift=lift: lift_trajectory(lift, box, half, home, checker, **limits)
+                 for lift in config.lifts]
+    fit = simulate_session(workcell, truth, segments, seed=5)
     assert np.linalg.norm(fit.box_pose[-1, :2] - fit.box_pose[0, :2]) > 0.05  # the box was pushed
+    assert fit.box_pose[:, 2].max() - fit.box_pose[0, 2] > 0.03  # and lifted (it slips a little in the grip)
     settings = ident.IdentificationSettings()
-    assert len(push_windows(fit, settings)) == len(config.pushes)  # one window per push, found from the box alone
+    # one window per push and per lift, found from the box alone
+    assert len(push_windows(fit, settings)) == len(config.pushes) + len(config.lifts)
     truth_values = physics_parameters(truth, source="truth").means()
     prior = dict(truth_values)  # the arm as identified (here: known); the box at its nominal values
     for name in ident.BOX_PARAMETERS:
@@ -134,21 +143,14 @@ def test_box_mass_and_friction_from_pushes(workcell, nominal, truth, spec):
     product = result.derived["box.mass_kg*box.friction"]
     truth_values[product.name] = truth_values["box.mass_kg"] * truth_values["box.friction"]
     for name, estimate in [*((n, result.estimates[n]) for n in ident.BOX_PARAMETERS), (product.name, product)]:
-        print(f"{name}: {estimate.mean:.4f} ± {estimate.std:.4f} (truth {truth_values[name]:.4f}), "
+        print(f"{name}: {estimate.mean:.4f} ± {estimate.std:.4f} (truth {truth_values[name]:.4f}, "
+              f"{estimate.mean / truth_values[name] - 1:+.1%}), "
               f"{'identifiable' if estimate.identifiable else 'not identifiable'}")
-        # whatever is claimed holds: the truth inside the interval, and within the goal
-        if estimate.identifiable:
-            assert estimate.ci_low <= truth_values[name] <= estimate.ci_high, estimate
-            assert abs(estimate.mean / truth_values[name] - 1) <= 0.05, estimate
-    # Contacts make the cost chaotic in the parameters; the Nelder-Mead search still lands near
-    # the truth (seen: mass -3.7 %, box friction +1.9 %, product -1.9 %, finger friction -11 %;
-    # Levenberg-Marquardt stalled 6-30 % off) ...
-    for name in ("box.mass_kg", "box.friction", product.name):
-        assert abs(result.estimates.get(name, product).mean / truth_values[name] - 1) <= 0.05, name
-    # ... and what the three pushes cannot separate is flagged, with what to record instead.
-    for name in ident.BOX_PARAMETERS:
-        if not result.estimates[name].identifiable:
-            assert "not identifiable" in result.estimates[name].note and "add" in result.estimates[name].note
+        # the issue's goal: identified, and within 5 %, the truth inside the interval
+        # (seen: mass -0.5 %, box friction -2.0 %, finger friction +0.0 %, relative std 4-6 %)
+        assert estimate.identifiable, estimate
+        assert estimate.ci_low <= truth_values[name] <= estimate.ci_high, estimate
+        assert abs(estimate.mean / truth_values[name] - 1) <= 0.05, estimate
 
 
 # ----------------------------------------------------------------------------- the stages' pieces

@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     excite = sub.add_parser("excite", help="play an excitation while the recorder records it")
     excite.add_argument("--kind", choices=("joints", "pushes", "scan"), default="joints",
-                        help="scan: the wrist camera's views of the table, held still, for `build geometry`")
+                        help="pushes: the box pushed, then lifted (config/excitation.yaml pushes and lifts); "
+                             "scan: the wrist camera's views of the table, held still, for `build geometry`")
     excite.add_argument("--split", choices=("fit", "held_out"), required=True)
     excite.add_argument("--duration", type=_seconds(positive=True), default=None, help="s, joint excitation length (default: file)")
     excite.add_argument("--seed", type=int, default=None, help="multi-sine seed (use another one for held-out)")
@@ -227,7 +228,7 @@ def _excite(args) -> int:
     import threading
 
     from twinloop_builder.excitation import (ExcitationError, WorkspaceChecker, joint_excitation,
-                                             load_excitation_config, motion_limits, push_trajectory,
+                                             lift_trajectory, load_excitation_config, motion_limits, push_trajectory,
                                              scan_trajectory)
     from twinloop_builder.player_node import (ExcitationMonitor, ExcitationPlayer, IdentificationRecorder,
                                               PlayerError, joint_ranges)
@@ -320,6 +321,11 @@ def _excite(args) -> int:
                         print(f"push {index}: {push.speed_m_s / path.slowed:.2f} m/s instead of {push.speed_m_s} "
                               "(joint speed/acceleration limits)", file=sys.stderr)
                     play(path, f"push {index}")
+                for index, lift in enumerate(config.lifts):
+                    path = lift_trajectory(lift, player.wait_for_box(), workcell.box.size_m[0] / 2,
+                                           workcell.home_joint_positions, checker, max_speed=max_speed,
+                                           max_acceleration=max_acceleration, command_rate_hz=joints.command_rate_hz)
+                    play(path, f"lift {index}")
             time.sleep(0.5)
         finally:
             recorder.stop()

@@ -34,7 +34,9 @@ DEFAULT_ACCELERATION_LIMITS = {"panda_joint1": 7.5, "panda_joint2": 3.75, "panda
                                "panda_finger_joint1": 1.0}
 # rad (m gripper): the player holds its schedule while the measured position lags its last
 # target by more than this (60 % of the envelope monitor's default max_target_lead).
-DEFAULT_PAUSE_LEAD = {**{f"panda_joint{i}": 0.15 for i in range(1, 8)}, "panda_finger_joint1": 0.024}
+# The gripper's is above a lift's squeeze (its fingers stay that far short of their target
+# while they hold the box) and below the monitor's max_target_lead (0.04 m).
+DEFAULT_PAUSE_LEAD = {**{f"panda_joint{i}": 0.15 for i in range(1, 8)}, "panda_finger_joint1": 0.034}
 
 
 class ExcitationError(ValueError):
@@ -73,9 +75,19 @@ class PushConfig:
 
 
 @dataclass(frozen=True)
+class LiftConfig:
+    """Grasp the box from above, lift it, hold it, set it back down where it was. The held
+    box's weight loads the arm (its mass alone); pushes feel mass times friction."""
+    height_m: float = 0.05  # m the hand rises with the box
+    hold_s: float = 1.5  # s held at the top
+    squeeze_m: float = 0.03  # m each finger is commanded past the box's face (grip force = finger gain x this)
+
+
+@dataclass(frozen=True)
 class ExcitationConfig:
     joints: JointExcitationConfig
     pushes: tuple[PushConfig, ...]
+    lifts: tuple[LiftConfig, ...] = ()
 
 
 @dataclass
@@ -98,7 +110,8 @@ class JointTrajectory:
 
 
 def load_excitation_config(path: Path | str) -> ExcitationConfig:
-    """config/excitation.yaml: `joints:` (JointExcitationConfig keys) and `pushes:` (a list).
+    """config/excitation.yaml: `joints:` (JointExcitationConfig keys), `pushes:` (a list) and
+    optionally `lifts:` (a list of LiftConfig keys).
 
     Every value is checked (type, finite, range) and every key known; ExcitationError names
     the first one that is not, with what is allowed."""
@@ -108,9 +121,9 @@ def load_excitation_config(path: Path | str) -> ExcitationConfig:
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as error:
         why = " ".join(str(error).split())
         raise ExcitationError(f"{path}: cannot read the excitation file ({why})") from error
-    if not isinstance(raw, dict) or set(raw) != {"joints", "pushes"}:
+    if not isinstance(raw, dict) or not {"joints", "pushes"} <= set(raw) <= {"joints", "pushes", "lifts"}:
         got = sorted(map(str, raw)) if isinstance(raw, dict) else type(raw).__name__
-        raise ExcitationError(f"{path}: expected exactly the keys 'joints' and 'pushes', got {got}")
+        raise ExcitationError(f"{path}: expected the keys 'joints', 'pushes' and optionally 'lifts', got {got}")
     if not isinstance(raw["joints"], dict):
         raise ExcitationError(f"{path}: 'joints' must be a mapping of JointExcitationConfig keys, "
                               f"got {raw['joints']!r}")
@@ -141,7 +154,16 @@ def load_excitation_config(path: Path | str) -> ExcitationConfig:
             raise ExcitationError(f"{path}: push {i} must be a mapping with direction_deg and optionally "
                                   f"offset_m, distance_m, speed_m_s; got {push!r}")
         pushes.append(PushConfig(**push))
-    config = ExcitationConfig(JointExcitationConfig(**joints), tuple(pushes))
+    if raw.get("lifts") is not None and not isinstance(raw["lifts"], list):
+        raise ExcitationError(f"{path}: 'lifts' must be a list of lifts (or empty), got {raw['lifts']!r}")
+    lift_keys = set(LiftConfig.__dataclass_fields__)
+    lifts = []
+    for i, lift in enumerate(raw.get("lifts") or []):
+        if not isinstance(lift, dict) or not set(map(str, lift)) <= lift_keys:
+            raise ExcitationError(f"{path}: lift {i} must be a mapping of {sorted(lift_keys)} (all optional); "
+                                  f"got {lift!r}")
+        lifts.append(LiftConfig(**lift))
+    config = ExcitationConfig(JointExcitationConfig(**joints), tuple(pushes), tuple(lifts))
     _validate(config, path)
     return config
 
@@ -197,6 +219,18 @@ def _validate(config: ExcitationConfig, source) -> None:
                 raise ExcitationError(f"{source}: push {i}: {name} must be a finite number, got {value!r}")
         if push.distance_m <= 0 or push.speed_m_s <= 0:
             raise ExcitationError(f"{source}: push {i} needs distance_m > 0 and speed_m_s > 0, got {push}")
+    lead = config.joints.pause_lead.get(GRIPPER_JOINT, math.inf)
+    for i, lift in enumerate(config.lifts):
+        for name in LiftConfig.__dataclass_fields__:
+            value = getattr(lift, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ExcitationError(f"{source}: lift {i}: {name} must be a finite number, got {value!r}")
+        if lift.height_m <= 0 or lift.hold_s < 0 or lift.squeeze_m <= 0:
+            raise ExcitationError(f"{source}: lift {i} needs height_m > 0, hold_s >= 0 and squeeze_m > 0, got {lift}")
+        if lift.squeeze_m >= lead:
+            raise ExcitationError(f"{source}: lift {i}: squeeze_m {lift.squeeze_m} must stay below the gripper's "
+                                  f"pause_lead ({lead} m): the player would hold the motion while the fingers "
+                                  "squeeze the box")
 
 
 def velocity_limits(urdf_xml: str) -> dict[str, float]:
@@ -404,26 +438,11 @@ def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: floa
     accel = np.array([max_acceleration.get(j, np.inf) for j in COMMANDED_JOINTS])
     segments = [(start + lift, 1.0), (start, 0.6), (end, (clearance_m + push.distance_m) / push.speed_m_s),
                 (end, 0.5), (end + lift, 0.5)]
-    q = dict(closed)
-    parts = []
-    slowed = 1.0
-    for index, (target, duration) in enumerate(segments):
-        checker.set(q)
-        begin = checker.tcp_pose()[0]
-        for _ in range(8):
-            rows, q_end = _cartesian_segment(checker, q, begin, target, rotation, duration, dt)
-            stretch = _stretch_needed(np.vstack([parts[-1][-1:] if parts else [rows[0]], rows]), dt, speed, accel,
-                                      skip=gripper)
-            if stretch <= 1.0:
-                break
-            duration *= stretch * 1.05
-            if index == 2:
-                slowed = max(slowed, duration * push.speed_m_s / (clearance_m + push.distance_m))
-        else:
-            raise ExcitationError(f"push {push}: segment {index} stays beyond the joint speed/acceleration limits "
-                                  "even slowed down 8 times; move the box or change the push")
-        parts.append(rows)
-        q = q_end
+    try:
+        parts, stretched = _cartesian_path(checker, closed, segments, rotation, dt, speed, accel, gripper=None)
+    except ExcitationError as error:
+        raise ExcitationError(f"push {push}: {error}; move the box or change the push") from None
+    slowed = max(1.0, stretched[2] * push.speed_m_s / (clearance_m + push.distance_m))
     out = np.vstack(parts)
     # Minimum-jerk closing: peak speed 1.875 d/T, peak acceleration 5.77 d/T^2.
     travel = abs(home[GRIPPER_JOINT])
@@ -435,6 +454,77 @@ def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: floa
                             speed, accel)
     positions = np.vstack([out, back[1:]])
     return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions, slowed)
+
+
+def _cartesian_path(checker: WorkspaceChecker, q: dict, segments: list[tuple], rotation: np.ndarray, dt: float,
+                    speed: np.ndarray, accel: np.ndarray, *, gripper: int | None) -> tuple[list[np.ndarray], list[float]]:
+    """Straight Cartesian segments [(target, duration[, gripper target])] one after another
+    from the joint positions `q`, each slowed down until its joint motion keeps to `speed`
+    and `accel` per command step (as the envelope monitor checks them). With `gripper` (its
+    column), a segment's third entry moves the fingers by minimum jerk within it. Returns the
+    rows of each segment and each segment's duration."""
+    parts, durations = [], []
+    finger = float(q.get(GRIPPER_JOINT, 0.0))
+    for index, (target, duration, *grip) in enumerate(segments):
+        checker.set(q)
+        begin = checker.tcp_pose()[0]
+        for _ in range(8):
+            rows, q_end = _cartesian_segment(checker, q, begin, target, rotation, duration, dt)
+            if gripper is not None and grip:
+                s = np.linspace(0.0, 1.0, len(rows) + 1)[1:]
+                rows[:, gripper] = finger + (grip[0] - finger) * (10 * s**3 - 15 * s**4 + 6 * s**5)
+            stretch = _stretch_needed(np.vstack([parts[-1][-1:] if parts else [rows[0]], rows]), dt, speed, accel,
+                                      skip=-1 if gripper is not None else COMMANDED_JOINTS.index(GRIPPER_JOINT))
+            if stretch <= 1.0:
+                break
+            duration *= stretch * 1.05
+        else:
+            raise ExcitationError(f"segment {index} stays beyond the joint speed/acceleration limits even slowed "
+                                  "down 8 times")
+        if gripper is not None and grip:
+            finger = float(grip[0])
+            q_end = dict(q_end, **{GRIPPER_JOINT: finger})
+        parts.append(rows)
+        durations.append(duration)
+        q = q_end
+    return parts, durations
+
+
+def lift_trajectory(lift: LiftConfig, box_xyz: np.ndarray, box_half_size_m: float, home: Mapping[str, float],
+                    checker: WorkspaceChecker, *, max_speed: Mapping[str, float],
+                    max_acceleration: Mapping[str, float], command_rate_hz: float = 250.0,
+                    approach_height_m: float = 0.1) -> JointTrajectory:
+    """Home -> above the box (fingers open) -> down around it -> close -> lift -> hold ->
+    set down where it was -> open -> up -> home. The hand keeps its home orientation, so the
+    fingers close on the box's faces when the box sits square to the robot (yaw 0) as it
+    does after pushes along x and y. The fingers are commanded `squeeze_m` past the faces:
+    the grip holds the box by the finger gain times that. Segments are slowed down to the
+    joint speed and acceleration limits like a push's."""
+    opened = float(home[GRIPPER_JOINT])
+    if box_half_size_m >= opened:
+        raise ExcitationError(f"a box {2 * box_half_size_m:.3f} m wide does not fit between the open fingers "
+                              f"({2 * opened:.3f} m): remove the lifts from the excitation")
+    at = np.array(box_xyz, dtype=float)
+    at[2] = max(at[2], checker.table_height_m + box_half_size_m)
+    above, up = at + [0.0, 0.0, approach_height_m], at + [0.0, 0.0, lift.height_m]
+    grip = max(0.0, box_half_size_m - lift.squeeze_m)
+    checker.set(dict(home))
+    _, rotation = checker.tcp_pose()
+    dt = 1.0 / command_rate_hz
+    gripper = COMMANDED_JOINTS.index(GRIPPER_JOINT)
+    speed = np.array([max_speed.get(j, np.inf) for j in COMMANDED_JOINTS])
+    accel = np.array([max_acceleration.get(j, np.inf) for j in COMMANDED_JOINTS])
+    segments = [(above, 1.2, opened), (at, 1.0, opened), (at, 0.8, grip), (up, 1.2, grip), (up, lift.hold_s, grip),
+                (at, 1.2, grip), (at, 0.6, opened), (above, 0.8, opened)]
+    try:
+        parts, _ = _cartesian_path(checker, dict(home), segments, rotation, dt, speed, accel, gripper=gripper)
+    except ExcitationError as error:
+        raise ExcitationError(f"lift {lift}: {error}; move the box closer or lower the lift") from None
+    out = np.vstack(parts)
+    back = _min_jerk_within(out[-1], np.array([home[j] for j in COMMANDED_JOINTS]), int(round(1.2 / dt)), dt,
+                            speed, accel)
+    positions = np.vstack([out, back[1:]])
+    return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions)
 
 
 def approach(start: Mapping[str, float], trajectory: JointTrajectory, *, max_speed: Mapping[str, float],

@@ -11,7 +11,7 @@ import mujoco
 import numpy as np
 from mujoco import sysid
 
-from twinloop_twin.physics import ALL_JOINTS, COMMANDED_JOINTS
+from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
 from twinloop_twin.scene import command_actuator_ids, fill_command_history
 
 from twinloop_builder.identification.model import (BOX_COLUMNS, EFFORT_COLUMNS, N_JOINTS, N_SENSORS,
@@ -77,11 +77,19 @@ def joint_travel(recordings: Sequence[RecordedMotion]) -> dict[str, float]:
 
 
 def push_windows(recording: RecordedMotion, settings: IdentificationSettings) -> np.ndarray:
-    """Push windows [(start, end)] of a recording: where the box moved, with margins."""
-    if len(recording.box_t) < 3:
-        return np.zeros((0, 2))
-    speed = np.linalg.norm(np.diff(recording.box_pose[:, :2], axis=0), axis=1) / np.diff(recording.box_t)
-    moving = recording.box_t[1:][speed > settings.box_speed_threshold_m_s]
+    """Windows [(start, end)] where the box moved on the table or the gripper held it (a
+    lift: the fingers stalled short of their target), with margins. A lifted box is not
+    judged from its pose: a tracker that expects the box on the table need not follow it
+    up; the held box's weight shows in the arm's joints."""
+    moving = np.zeros(0)
+    if len(recording.box_t) >= 3:
+        speed = np.linalg.norm(np.diff(recording.box_pose[:, :2], axis=0), axis=1) / np.diff(recording.box_t)
+        moving = recording.box_t[1:][speed > settings.box_speed_threshold_m_s]
+    if len(recording.command_t):
+        commanded = recording.commands_on_grid(recording.state_t)
+        for finger in (j for j in COMMANDED_JOINTS if j not in ARM_JOINTS):
+            short = recording.position[:, ALL_JOINTS.index(finger)] - commanded[:, COMMANDED_JOINTS.index(finger)]
+            moving = np.union1d(moving, recording.state_t[short > settings.holding_lead_m])
     if len(moving) == 0:
         return np.zeros((0, 2))
     windows = []

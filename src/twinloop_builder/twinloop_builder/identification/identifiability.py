@@ -24,9 +24,10 @@ def guidance_for(name: str) -> str:
         "kp": f"larger tracking errors of {joint} (faster or loaded motion)",
         "kv": f"faster motion of {joint}",
         "delay_s": "sharper command changes (higher excitation band)",
-        "mass_kg": "pushes at different accelerations (vary speed_m_s)",
-        "friction": ("pushes that let the box slide freely (faster pushes)" if name == "box.friction" else
-                     "off-centre pushes, so the box slides along the fingers"),
+        "mass_kg": "a lift of the box (config/excitation.yaml lifts: the held box loads the arm with its mass "
+                   "alone), or a longer hold",
+        "friction": ("pushes and a lift together (pushes feel mass x friction, the lift the mass)"
+                     if name == "box.friction" else "off-centre pushes, so the box slides along the fingers"),
     }
     return hints.get(quantity, "more varied excitation")
 

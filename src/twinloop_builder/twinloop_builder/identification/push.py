@@ -8,8 +8,9 @@ residual with scipy's Nelder-Mead instead and takes its uncertainty from a quadr
 response surface of the cost sampled around the optimum: the scatter of the cost about that
 trend is the objective's noise, and a parameter set is as good as the optimum while the
 trend rises by less than it. Directions where the trend does not rise by that much over the
-sampled region (typically mass against box friction: slow pushes feel only the sliding force
-m*mu*g) are reported as not identifiable, with the product when it is.
+sampled region (typically mass against box friction when there are pushes but no lift: slow
+pushes feel only the sliding force m*mu*g; a lifted box's weight is m*g) are reported as not
+identifiable, with the product when it is.
 """
 from __future__ import annotations
 
@@ -142,7 +143,7 @@ def sliding_force(stage: Stage, fit: StageFit, settings: IdentificationSettings,
     note = f"sliding force {product * 9.81:.3g} N"
     if identifiable and not (mass.identifiable and friction.identifiable):
         guidance.append(f"the pushes determine {SLIDING_FORCE} = {product:.4g} kg (±{std_log:.0%}; {note}) but not "
-                        "box.mass_kg and box.friction each: add pushes with sharp starts and stops (the box's "
-                        "inertia), or weigh the box and identify box.friction alone")
+                        "box.mass_kg and box.friction each: add a lift of the box (config/excitation.yaml lifts; "
+                        "its weight is its mass alone), or weigh the box and identify box.friction alone")
     return {SLIDING_FORCE: Estimate(SLIDING_FORCE, product, product * std_log, product * math.exp(-half),
                                     product * math.exp(half), mass.prior * friction.prior, identifiable, note)}

@@ -55,6 +55,8 @@ class IdentificationSettings:
     min_duration_s: float = 5.0
     push_margin_s: tuple[float, float] = (0.4, 0.8)  # s before / after the box moves
     box_speed_threshold_m_s: float = 0.01
+    # m: fingers stalled this far short of their target hold something (a lift's grasp)
+    holding_lead_m: float = 0.01
     # the box's poses: 'tracked' (the box tracker's, recorded from the camera: what a real cell
     # has) or 'ground_truth' (a simulator's own; only for tests and benchmarks that score this)
     box_source: str = "tracked"
