@@ -36,7 +36,7 @@ DEFAULT_ACCELERATION_LIMITS = {"panda_joint1": 7.5, "panda_joint2": 3.75, "panda
 # target by more than this (60 % of the envelope monitor's default max_target_lead).
 # The gripper's is above a lift's squeeze (its fingers stay that far short of their target
 # while they hold the box) and below the monitor's max_target_lead (0.04 m).
-DEFAULT_PAUSE_LEAD = {**{f"panda_joint{i}": 0.15 for i in range(1, 8)}, "panda_finger_joint1": 0.034}
+DEFAULT_PAUSE_LEAD = {**{f"panda_joint{i}": 0.15 for i in range(1, 8)}, "panda_finger_joint1": 0.032}
 
 
 class ExcitationError(ValueError):
