@@ -338,6 +338,10 @@ class EnvelopeMonitor:
                     "check the cell for a collision, then reset the fault"))
         return None
 
+    def last_command_age_s(self, now_s: float) -> float | None:
+        """Seconds since the last command was taken (None: none since arming)."""
+        return None if self._last_command_s is None else now_s - self._last_command_s
+
     def tick(self, now_s: float) -> Violation | None:
         """Watchdogs; call at the monitor's control rate with the time the tick was due
         (every input that arrived before it has been handed in by then)."""

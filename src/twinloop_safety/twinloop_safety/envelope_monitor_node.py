@@ -20,7 +20,7 @@ from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 from twinloop_interfaces.srv import ResetFault, SetArmed
 from visualization_msgs.msg import MarkerArray
 
-from twinloop_safety.envelope import (EnvelopeConfigError, EnvelopeMonitor, HoldUpGuard, State, Violation,
+from twinloop_safety.envelope import (EnvelopeConfigError, EnvelopeMonitor, Fault, HoldUpGuard, State, Violation,
                                       boxes_from_flat, build_limits, limits_summary, tighten_from_twin)
 from twinloop_safety.markers import envelope_markers
 from twinloop_ros.node import StartupError, declare, make_executor, run_node
@@ -146,7 +146,17 @@ class EnvelopeMonitorNode(Node):
         if not self.hold_up_guard.tick(now):
             return
         late_s = max(0.0, (info.actual_call_time - info.expected_call_time).nanoseconds * 1e-9)
-        self._react(self.monitor.tick(now - late_s))
+        violation = self.monitor.tick(now - late_s)
+        if violation is not None and violation.fault is Fault.STALE_JOINT_STATE:
+            # What a stale verdict needs to be told apart: the inputs stopped arriving, or
+            # this process did not run (then the tick is late, or hold-ups were counted).
+            guard = self.hold_up_guard
+            command_age = self.monitor.last_command_age_s(now - late_s)
+            self.get_logger().error(
+                f"stale joint states judged by a tick {late_s * 1e3:.1f} ms late; monitor held up {guard.hold_ups} "
+                f"time(s), {guard.held_up_s * 1e3:.0f} ms in all; last command "
+                f"{'none' if command_age is None else f'{command_age * 1e3:.0f} ms'} before the tick")
+        self._react(violation)
 
     def _react(self, violation: Violation | None) -> None:
         if violation is None:
