@@ -7,9 +7,10 @@ workcell's own simulation and sensor noise) and identification's push stage fits
 box parameters with the arm known (the truth's) from the simulator's box poses. Prints per
 draw each estimate against the truth with its relative std and identifiable flag, then how
 many draws had mass and friction identified and the largest error among those claimed.
-`truth` stands for config/emulated_truth.yaml. Not a test: ~30 s per draw.
+The shipped config/emulated_truth.yaml comes first unless --no-shipped-truth. Not a test:
+~30-50 s per draw.
 
-    .venv/bin/python bench/box_identification.py [--seeds truth,0-5] [--no-lift]
+    .venv/bin/python bench/box_identification.py [--seeds 0-5] [--no-shipped-truth] [--no-lift]
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ import time
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from twinloop_builder import identification as ident  # noqa: E402
-from twinloop_builder.excitation import (WorkspaceChecker, lift_trajectory, load_excitation_config,  # noqa: E402
-                                         motion_limits, push_trajectory)
+from twinloop_builder.excitation import (WorkspaceChecker, box_excitation, load_excitation_config,  # noqa: E402
+                                         motion_limits)
 from twinloop_builder.synthetic import simulate_session  # noqa: E402
 from twinloop_twin.nominal import physics_parameters  # noqa: E402
 from twinloop_twin.physics import load_physics  # noqa: E402
@@ -31,23 +32,13 @@ from twinloop_twin.scene import build_workcell_spec  # noqa: E402
 from twinloop_twin.truth_draw import describe, draw_truth  # noqa: E402
 from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E402
 
+from randomized_physics import parse_seeds  # noqa: E402  (the other bench in this folder)
+
 PRODUCT = "box.mass_kg*box.friction"
 
 
-def parse_seeds(text: str) -> list[int]:
-    """'truth,0-5' -> [-1, 0, 1, 2, 3, 4, 5] (-1: config/emulated_truth.yaml)."""
-    seeds = []
-    for part in text.split(","):
-        if part == "truth":
-            seeds.append(-1)
-            continue
-        low, _, high = part.partition("-")
-        seeds += list(range(int(low), int(high) + 1)) if high else [int(low)]
-    return seeds
-
-
 def one_draw(seed: int, lifts: bool) -> dict[str, tuple[float, float, bool]]:
-    """{parameter: (relative error, relative std, identifiable)} for one drawn truth."""
+    """{parameter: (relative error, relative std, identifiable)} for one truth (-1: the shipped one)."""
     config_dir = default_config_dir()
     workcell = load_workcell()
     nominal = load_physics(config_dir / "nominal_physics.yaml")
@@ -59,11 +50,8 @@ def one_draw(seed: int, lifts: bool) -> dict[str, tuple[float, float, bool]]:
     spec = build_workcell_spec(workcell, nominal)
     checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
     max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
-    limits = dict(max_speed=max_speed, max_acceleration=max_acceleration)
-    half, home = workcell.box.size_m[0] / 2, workcell.home_joint_positions
-    segments = [lambda box, p=p: push_trajectory(p, box, half, home, checker, **limits) for p in config.pushes]
-    segments += [lambda box, lift=lift: lift_trajectory(lift, box, half, home, checker, **limits)
-                 for lift in config.lifts]
+    segments = box_excitation(config, workcell.box.size_m[0] / 2, workcell.home_joint_positions, checker,
+                              max_speed=max_speed, max_acceleration=max_acceleration)
     session = simulate_session(workcell, truth, segments, seed=5)
     truth_values = physics_parameters(truth, source="truth").means()
     prior = dict(truth_values)  # the arm known; the box at its nominal values
@@ -86,10 +74,12 @@ def one_draw(seed: int, lifts: bool) -> dict[str, tuple[float, float, bool]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="truth,0-5", help="e.g. truth,0-5 or 3,7 (truth: config/emulated_truth.yaml)")
+    parser.add_argument("--seeds", default="0-5", help="drawn truths, e.g. 0-5 or 3,7")
+    parser.add_argument("--no-shipped-truth", action="store_true", help="leave config/emulated_truth.yaml out")
     parser.add_argument("--no-lift", action="store_true", help="the pushes alone (the lifts left out)")
     args = parser.parse_args()
-    runs = {seed: one_draw(seed, not args.no_lift) for seed in parse_seeds(args.seeds)}
+    seeds = ([] if args.no_shipped_truth else [-1]) + parse_seeds(args.seeds)
+    runs = {seed: one_draw(seed, not args.no_lift) for seed in seeds}
     apart = [s for s, r in runs.items() if r["box.mass_kg"][2] and r["box.friction"][2]]
     claimed = [abs(e) for r in runs.values() for e, _, ok in r.values() if ok]
     print(f"\nmass and friction both identifiable in {len(apart)} of {len(runs)} draws ({apart}); "

@@ -18,8 +18,8 @@ import yaml  # noqa: E402
 from scipy.spatial.transform import Rotation  # noqa: E402
 
 from twinloop_builder import identification as ident  # noqa: E402
-from twinloop_builder.excitation import (WorkspaceChecker, lift_trajectory, load_excitation_config,  # noqa: E402
-                                         motion_limits, push_trajectory)
+from twinloop_builder.excitation import (WorkspaceChecker, box_excitation, load_excitation_config,  # noqa: E402
+                                         motion_limits)
 from twinloop_builder.synthetic import simulate_session  # noqa: E402
 from twinloop_perception.box_tracking import BoxTracker, BoxTrackerSettings, Pinhole  # noqa: E402
 from twinloop_perception.camera_pose import world_T_camera  # noqa: E402
@@ -50,11 +50,8 @@ def test_push_stage_from_tracked_box_poses_within_10_percent_of_the_truth():
     excitation = load_excitation_config(config_dir / "excitation.yaml")
     checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
     max_speed, max_acceleration = motion_limits(excitation.joints, workcell.urdf_xml)
-    limits = dict(max_speed=max_speed, max_acceleration=max_acceleration)
-    half, home = workcell.box.size_m[0] / 2, workcell.home_joint_positions
-    segments = [lambda box, p=p: push_trajectory(p, box, half, home, checker, **limits) for p in excitation.pushes]
-    segments += [lambda box, lift=lift: lift_trajectory(lift, box, half, home, checker, **limits)
-                 for lift in excitation.lifts]
+    segments = box_excitation(excitation, workcell.box.size_m[0] / 2, workcell.home_joint_positions, checker,
+                              max_speed=max_speed, max_acceleration=max_acceleration)
     tracked_t, tracked_pose, due = [], [], [0.0]
 
     def on_chunk(sim) -> None:

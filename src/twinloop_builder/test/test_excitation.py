@@ -54,6 +54,16 @@ def test_approach_moves_from_the_measured_pose_within_limits(workcell, excitatio
                   <= [max_acceleration[j] + 1e-9 for j in trajectory.joints])
 
 
+def _assert_home_to_home_within(path, home, max_speed, max_acceleration) -> None:
+    """Per command step (as the envelope monitor checks them) within the limits, from home to home."""
+    dt = path.t[1] - path.t[0]
+    speed = np.abs(np.diff(path.positions, axis=0)).max(0) / dt
+    accel = np.abs(np.diff(path.positions, 2, axis=0)).max(0) / dt**2
+    assert np.all(speed <= [max_speed[j] + 1e-9 for j in path.joints]), speed
+    assert np.all(accel <= [max_acceleration[j] + 1e-9 for j in path.joints]), accel
+    assert np.allclose(path.positions[0], home) and np.allclose(path.positions[-1], home)
+
+
 def test_pushes_keep_to_joint_speed_and_acceleration_limits(workcell, spec):
     """The pushes of config/excitation.yaml pass the envelope monitor's per-step checks:
     the IK tracks each step (no staircase) and segments too fast for the joints are slowed."""
@@ -65,12 +75,7 @@ def test_pushes_keep_to_joint_speed_and_acceleration_limits(workcell, spec):
         path = push_trajectory(push, np.array(workcell.box.world_position_m), workcell.box.size_m[0] / 2,
                                workcell.home_joint_positions, checker, max_speed=max_speed,
                                max_acceleration=max_acceleration)
-        dt = path.t[1] - path.t[0]
-        speed = np.abs(np.diff(path.positions, axis=0)).max(0) / dt
-        accel = np.abs(np.diff(path.positions, 2, axis=0)).max(0) / dt**2
-        assert np.all(speed <= [max_speed[j] + 1e-9 for j in path.joints]), speed
-        assert np.all(accel <= [max_acceleration[j] + 1e-9 for j in path.joints]), accel
-        assert np.allclose(path.positions[0], home) and np.allclose(path.positions[-1], home)
+        _assert_home_to_home_within(path, home, max_speed, max_acceleration)
         assert path.slowed >= 1.0 and path.duration_s < 10.0
     # 0.35 m/s through the box is beyond what joint 2 can do here: that push is slowed.
     fast = push_trajectory(config.pushes[1], np.array(workcell.box.world_position_m), workcell.box.size_m[0] / 2,
@@ -94,12 +99,7 @@ def test_lifts_keep_to_the_limits_and_grip_the_box(workcell, spec):
     for lift in config.lifts:
         path = lift_trajectory(lift, box, half, workcell.home_joint_positions, checker, max_speed=max_speed,
                                max_acceleration=max_acceleration)
-        dt = path.t[1] - path.t[0]
-        speed = np.abs(np.diff(path.positions, axis=0)).max(0) / dt
-        accel = np.abs(np.diff(path.positions, 2, axis=0)).max(0) / dt**2
-        assert np.all(speed <= [max_speed[j] + 1e-9 for j in path.joints]), speed
-        assert np.all(accel <= [max_acceleration[j] + 1e-9 for j in path.joints]), accel
-        assert np.allclose(path.positions[0], home) and np.allclose(path.positions[-1], home)
+        _assert_home_to_home_within(path, home, max_speed, max_acceleration)
         fingers = path.positions[:, gripper]
         assert fingers.min() == pytest.approx(half - lift.squeeze_m, abs=1e-9)
         heights = []
@@ -111,7 +111,7 @@ def test_lifts_keep_to_the_limits_and_grip_the_box(workcell, spec):
         grasp = heights[closed].min()
         assert grasp == pytest.approx(box[2], abs=1e-3)  # closed around the box's middle
         assert heights[closed].max() - grasp == pytest.approx(lift.height_m, abs=1e-3)
-        held = np.sum(closed & (heights > grasp + lift.height_m - 1e-4)) * dt
+        held = np.sum(closed & (heights > grasp + lift.height_m - 1e-4)) * (path.t[1] - path.t[0])
         assert held >= lift.hold_s
         assert np.all(fingers[heights < grasp + 0.02] >= half - lift.squeeze_m - 1e-9)
 

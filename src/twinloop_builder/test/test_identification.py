@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from twinloop_builder import identification as ident
-from twinloop_builder.excitation import (WorkspaceChecker, lift_trajectory, load_excitation_config, motion_limits,
-                                         push_trajectory)
+from twinloop_builder.excitation import WorkspaceChecker, box_excitation, load_excitation_config, motion_limits
 from twinloop_builder.identification.data import column_weights, make_segment, push_windows
 from twinloop_builder.identification.fit import BlockedRollout, Stage, fit_least_squares
 from twinloop_builder.identification.model import FitVariable, base_model, mimic_leaders, prismatic_joints
@@ -124,11 +123,8 @@ def test_box_mass_and_friction_apart_from_pushes_and_a_lift(workcell, nominal, t
     config = load_excitation_config(default_config_dir() / "excitation.yaml")
     checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
     max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
-    limits = dict(max_speed=max_speed, max_acceleration=max_acceleration)
-    half, home = workcell.box.size_m[0] / 2, workcell.home_joint_positions
-    segments = [lambda box, p=p: push_trajectory(p, box, half, home, checker, **limits) for p in config.pushes]
-    segments += [lambda box, lift=lift: lift_trajectory(lift, box, half, home, checker, **limits)
-                 for lift in config.lifts]
+    segments = box_excitation(config, workcell.box.size_m[0] / 2, workcell.home_joint_positions, checker,
+                              max_speed=max_speed, max_acceleration=max_acceleration)
     fit = simulate_session(workcell, truth, segments, seed=5)
     assert np.linalg.norm(fit.box_pose[-1, :2] - fit.box_pose[0, :2]) > 0.05  # the box was pushed
     assert fit.box_pose[:, 2].max() - fit.box_pose[0, 2] > 0.03  # and lifted (it slips a little in the grip)

@@ -18,7 +18,7 @@ import numbers
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import mujoco
 import numpy as np
@@ -525,6 +525,21 @@ def lift_trajectory(lift: LiftConfig, box_xyz: np.ndarray, box_half_size_m: floa
                             speed, accel)
     positions = np.vstack([out, back[1:]])
     return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions)
+
+
+def box_excitation(config: ExcitationConfig, box_half_size_m: float, home: Mapping[str, float],
+                   checker: WorkspaceChecker, *, max_speed: Mapping[str, float],
+                   max_acceleration: Mapping[str, float],
+                   command_rate_hz: float = 250.0) -> list[Callable[[np.ndarray], JointTrajectory]]:
+    """The configured pushes, then the lifts, each as a planner of the box's current
+    position: played one after another, each starts from where the one before left the box."""
+    limits = dict(max_speed=max_speed, max_acceleration=max_acceleration, command_rate_hz=command_rate_hz)
+    planners: list[Callable[[np.ndarray], JointTrajectory]] = [
+        lambda box, push=push: push_trajectory(push, box, box_half_size_m, home, checker, **limits)
+        for push in config.pushes]
+    planners += [lambda box, lift=lift: lift_trajectory(lift, box, box_half_size_m, home, checker, **limits)
+                 for lift in config.lifts]
+    return planners
 
 
 def approach(start: Mapping[str, float], trajectory: JointTrajectory, *, max_speed: Mapping[str, float],
