@@ -32,11 +32,12 @@ from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E4
 PRODUCT = "box.mass_kg*box.friction"
 
 
-def test_push_stage_from_tracked_box_poses_within_10_percent_of_the_truth():
+def tracked_and_true_sessions(workcell, nominal, truth, *, seed: int = 5):
+    """The default box excitation played on `truth` in-process, recorded twice: with the box
+    poses the tracker finds in the static camera's frames (rendered at the emulated cameras'
+    rate with the truth's sensor noise) and with the simulator's own (bench/box_identification.py
+    --tracked uses this too)."""
     config_dir = default_config_dir()
-    workcell = load_workcell()
-    nominal = load_physics(config_dir / "nominal_physics.yaml")
-    truth = load_physics(config_dir / "emulated_truth.yaml")
     rate_hz = yaml.safe_load((config_dir / "emulated_workcell.yaml").read_text())[
         "/**/emulated_workcell"]["ros__parameters"]["camera_rate_hz"]
     camera = workcell.cameras["static_camera"]
@@ -65,11 +66,24 @@ def test_push_stage_from_tracked_box_poses_within_10_percent_of_the_truth():
             tracked_t.append(sim.time_s)
             tracked_pose.append([*estimate.world_T_box[:3, 3], w, x, y, z])
 
-    session = simulate_session(workcell, truth, segments, seed=5, on_chunk=on_chunk)
-    rig.close()
+    try:
+        session = simulate_session(workcell, truth, segments, seed=seed, on_chunk=on_chunk)
+    finally:
+        rig.close()
     tracked = dataclasses.replace(session, box_t=np.array(tracked_t), box_pose=np.array(tracked_pose),
                                   box_source="tracked")
     print(f"{len(tracked_t)} tracked frames at {rate_hz} Hz, ground truth {len(session.box_t)} poses")
+    return tracked, session
+
+
+def test_push_stage_from_tracked_box_poses_within_10_percent_of_the_truth():
+    config_dir = default_config_dir()
+    workcell = load_workcell()
+    nominal = load_physics(config_dir / "nominal_physics.yaml")
+    truth = load_physics(config_dir / "emulated_truth.yaml")
+    spec = build_workcell_spec(workcell, nominal)
+    tracked, session = tracked_and_true_sessions(workcell, nominal, truth)
+
     truth_values = physics_parameters(truth, source="truth").means()
     truth_values[PRODUCT] = truth_values["box.mass_kg"] * truth_values["box.friction"]
     prior = dict(physics_parameters(truth, source="truth").means())  # the arm as identified (here: known)
