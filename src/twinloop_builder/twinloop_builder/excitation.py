@@ -210,21 +210,23 @@ def check_joint_config(config: JointExcitationConfig, source: object = "joint ex
         raise ExcitationError(f"{source}: band_hz must be [low, high] with 0 < low < high, got {config.band_hz}")
 
 
+def _check_finite(config: PushConfig | LiftConfig, what: str) -> None:
+    """ExcitationError naming the first field of a push or lift that is not a finite number."""
+    for name in config.__dataclass_fields__:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ExcitationError(f"{what}: {name} must be a finite number, got {value!r}")
+
+
 def _validate(config: ExcitationConfig, source) -> None:
     check_joint_config(config.joints, source)
     for i, push in enumerate(config.pushes):
-        for name in PushConfig.__dataclass_fields__:
-            value = getattr(push, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ExcitationError(f"{source}: push {i}: {name} must be a finite number, got {value!r}")
+        _check_finite(push, f"{source}: push {i}")
         if push.distance_m <= 0 or push.speed_m_s <= 0:
             raise ExcitationError(f"{source}: push {i} needs distance_m > 0 and speed_m_s > 0, got {push}")
     lead = config.joints.pause_lead.get(GRIPPER_JOINT, math.inf)
     for i, lift in enumerate(config.lifts):
-        for name in LiftConfig.__dataclass_fields__:
-            value = getattr(lift, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ExcitationError(f"{source}: lift {i}: {name} must be a finite number, got {value!r}")
+        _check_finite(lift, f"{source}: lift {i}")
         if lift.height_m <= 0 or lift.hold_s < 0 or lift.squeeze_m <= 0:
             raise ExcitationError(f"{source}: lift {i} needs height_m > 0, hold_s >= 0 and squeeze_m > 0, got {lift}")
         if lift.squeeze_m >= lead:
@@ -434,8 +436,7 @@ def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: floa
     _, rotation = checker.tcp_pose()
     dt = 1.0 / command_rate_hz
     gripper = COMMANDED_JOINTS.index(GRIPPER_JOINT)
-    speed = np.array([max_speed.get(j, np.inf) for j in COMMANDED_JOINTS])
-    accel = np.array([max_acceleration.get(j, np.inf) for j in COMMANDED_JOINTS])
+    speed, accel = _limit_arrays(max_speed, max_acceleration, COMMANDED_JOINTS)
     segments = [(start + lift, 1.0), (start, 0.6), (end, (clearance_m + push.distance_m) / push.speed_m_s),
                 (end, 0.5), (end + lift, 0.5)]
     try:
@@ -450,10 +451,23 @@ def push_trajectory(push: PushConfig, box_xyz: np.ndarray, box_half_size_m: floa
     closing = min(len(out), int(round(closing_s / dt)))
     out[:closing, gripper] = _min_jerk(np.array([home[GRIPPER_JOINT]]), np.array([0.0]), closing)[:, 0]
     out[closing:, gripper] = 0.0
-    back = _min_jerk_within(out[-1], np.array([home[j] for j in COMMANDED_JOINTS]), int(round(1.2 / dt)), dt,
-                            speed, accel)
-    positions = np.vstack([out, back[1:]])
+    positions = _then_home(out, home, dt, speed, accel)
     return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions, slowed)
+
+
+def _limit_arrays(max_speed: Mapping[str, float], max_acceleration: Mapping[str, float],
+                  joints) -> tuple[np.ndarray, np.ndarray]:
+    """Per-joint speed and acceleration limits in `joints` order (unlimited where not given)."""
+    return (np.array([max_speed.get(j, np.inf) for j in joints]),
+            np.array([max_acceleration.get(j, np.inf) for j in joints]))
+
+
+def _then_home(rows: np.ndarray, home: Mapping[str, float], dt: float, speed: np.ndarray,
+               accel: np.ndarray) -> np.ndarray:
+    """`rows` followed by a minimum-jerk move (at least 1.2 s, within the limits) back to home."""
+    back = _min_jerk_within(rows[-1], np.array([home[j] for j in COMMANDED_JOINTS]), int(round(1.2 / dt)), dt,
+                            speed, accel)
+    return np.vstack([rows, back[1:]])
 
 
 def _cartesian_path(checker: WorkspaceChecker, q: dict, segments: list[tuple], rotation: np.ndarray, dt: float,
@@ -512,8 +526,7 @@ def lift_trajectory(lift: LiftConfig, box_xyz: np.ndarray, box_half_size_m: floa
     _, rotation = checker.tcp_pose()
     dt = 1.0 / command_rate_hz
     gripper = COMMANDED_JOINTS.index(GRIPPER_JOINT)
-    speed = np.array([max_speed.get(j, np.inf) for j in COMMANDED_JOINTS])
-    accel = np.array([max_acceleration.get(j, np.inf) for j in COMMANDED_JOINTS])
+    speed, accel = _limit_arrays(max_speed, max_acceleration, COMMANDED_JOINTS)
     segments = [(above, 1.2, opened), (at, 1.0, opened), (at, 0.8, grip), (up, 1.2, grip), (up, lift.hold_s, grip),
                 (at, 1.2, grip), (at, 0.6, opened), (above, 0.8, opened)]
     try:
@@ -521,9 +534,7 @@ def lift_trajectory(lift: LiftConfig, box_xyz: np.ndarray, box_half_size_m: floa
     except ExcitationError as error:
         raise ExcitationError(f"lift {lift}: {error}; move the box closer or lower the lift") from None
     out = np.vstack(parts)
-    back = _min_jerk_within(out[-1], np.array([home[j] for j in COMMANDED_JOINTS]), int(round(1.2 / dt)), dt,
-                            speed, accel)
-    positions = np.vstack([out, back[1:]])
+    positions = _then_home(out, home, dt, speed, accel)
     return JointTrajectory(np.arange(len(positions)) * dt, COMMANDED_JOINTS, positions)
 
 
@@ -552,8 +563,7 @@ def approach(start: Mapping[str, float], trajectory: JointTrajectory, *, max_spe
     first = trajectory.positions[0]
     here = np.array([start.get(j, first[i]) for i, j in enumerate(trajectory.joints)])
     dt = trajectory.t[1] - trajectory.t[0]
-    speed = np.array([max_speed.get(j, np.inf) for j in trajectory.joints])
-    accel = np.array([max_acceleration.get(j, np.inf) for j in trajectory.joints])
+    speed, accel = _limit_arrays(max_speed, max_acceleration, trajectory.joints)
     if np.all(np.abs(first - here) <= 0.5 * speed * dt):
         return None
     rows = _min_jerk_within(here, first, max(2, int(round(0.2 / dt))), dt, speed, accel)[:-1]  # then its first row
@@ -618,8 +628,7 @@ def scan_trajectory(home: Mapping[str, float], checker: WorkspaceChecker, *, max
         if problems:
             raise ExcitationError(f"scan view {index} ({view}) is not reachable safely: {'; '.join(problems)}")
     dt = 1.0 / command_rate_hz
-    speed = np.array([max_speed.get(j, np.inf) for j in COMMANDED_JOINTS])
-    accel = np.array([max_acceleration.get(j, np.inf) for j in COMMANDED_JOINTS])
+    speed, accel = _limit_arrays(max_speed, max_acceleration, COMMANDED_JOINTS)
     current = np.array([views[0][j] for j in COMMANDED_JOINTS])
     rows = [current[None, :]]
     hold = max(1, int(round(hold_s / dt)))
