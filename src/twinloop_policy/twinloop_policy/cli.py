@@ -1,6 +1,7 @@
 """twinloop policy: make and inspect policy folders.
 
     twinloop policy scripted FOLDER [--goal Q1..Q7] [--rate 250] [--timeout 8]
+    twinloop policy train FOLDER [--mode posterior] [--twin twins/emulated/vN] ...  (train_cli.py)
 
 Exit codes: 0 done, 2 bad input (the message says what to do).
 
@@ -16,14 +17,17 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from twinloop_policy import scripted  # torch: only for the commands that write policies
+    from twinloop_policy import scripted, train_cli  # torch: only for the commands that write policies
 
     parser = argparse.ArgumentParser(prog="twinloop policy", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     scripted.add_arguments(commands.add_parser(
         "scripted", help="write a scripted (untrained) TorchScript policy that drives the arm to a goal"))
+    train_cli.add_arguments(commands.add_parser(
+        "train", help="train the carry policy in a twin (teacher, student) and export it for the runner",
+        description=train_cli.__doc__.split("\n\n")[0]))
     args = parser.parse_args(argv)
-    return scripted.run(args)
+    return train_cli.run(args) if args.command == "train" else scripted.run(args)
 
 
 def trials_main(argv: list[str] | None = None) -> int:

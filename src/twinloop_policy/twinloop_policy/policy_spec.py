@@ -16,10 +16,14 @@ policy.yaml (format twinloop-policy/1):
     observation:                     # concatenated in this order into one float64 vector
       - {name: q, kind: joint_position, joints: [...], size: 7, max_age_s: 0.02}
       - {name: dq, kind: joint_velocity, joints: [...], size: 7, max_age_s: 0.02}
+      - {name: box, kind: box_position, topic: /twinloop/perception/box_pose, size: 2, max_age_s: 1.0}
+                                     # box_position: x, y (m, world) of the box tracker's pose
     trial:
       timeout_s: 8.0                 # a trial that has not succeeded by then fails
       goal_joint_positions: {panda_joint1: 0.3, ...}   # success: all within tolerance
       goal_tolerance_rad: 0.01
+      goal_box_xy: [0.45, -0.05]     # optional: success is judged at timeout_s, on the box:
+      goal_radius_m: 0.015           #   within goal_radius_m of goal_box_xy (the tracker's pose)
     twin_version: emulated/v0        # what it was trained in (provenance)
     randomization: {}                # what it was trained with (provenance)
     training: {curve: []}
@@ -29,23 +33,28 @@ start of every trial (stateful and recurrent policies).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
 FORMAT = "twinloop-policy/1"
 SPEC_FILE = "policy.yaml"
-OBSERVATION_KINDS = ("joint_position", "joint_velocity")
+OBSERVATION_KINDS = ("joint_position", "joint_velocity", "box_position")
+JOINT_KINDS = ("joint_position", "joint_velocity")
 ACTION_TYPES = ("joint_position",)
 # the keys of each section: anything else is a typo or a newer format, refused by name
 KEYS = {"<top>": {"format", "name", "version", "module", "rate_hz", "action", "observation", "trial", "twin_version",
                   "randomization", "training"},
-        "action": {"type", "joints"}, "observation[]": {"name", "kind", "joints", "size", "max_age_s"},
-        "trial": {"timeout_s", "goal_joint_positions", "goal_tolerance_rad"}}
+        "action": {"type", "joints"}, "observation[]": {"name", "kind", "joints", "topic", "size", "max_age_s"},
+        "trial": {"timeout_s", "goal_joint_positions", "goal_tolerance_rad", "goal_box_xy", "goal_radius_m"}}
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -65,9 +74,10 @@ class PolicyMismatch(ValueError):
 class ObservationTerm:
     name: str
     kind: str
-    joints: tuple[str, ...]
+    joints: tuple[str, ...]  # joint kinds; empty for box_position
     size: int
     max_age_s: float
+    topic: str = ""  # box_position: the pose topic (geometry_msgs/PoseWithCovarianceStamped)
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,8 @@ class PolicySpec:
     twin_version: str = ""
     randomization: dict[str, Any] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
+    goal_box_xy: tuple[float, float] | None = None  # success judged on the box at the trial's end
+    goal_radius_m: float = 0.0
 
     @property
     def observation_size(self) -> int:
@@ -101,12 +113,21 @@ class PolicySpec:
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "name": self.name, "version": self.version, "module": self.module,
                 "rate_hz": self.rate_hz, "action": {"type": "joint_position", "joints": list(self.action_joints)},
-                "observation": [{"name": t.name, "kind": t.kind, "joints": list(t.joints), "size": t.size,
-                                 "max_age_s": t.max_age_s} for t in self.observation],
+                "observation": [_term_dict(t) for t in self.observation],
                 "trial": {"timeout_s": self.trial_timeout_s, "goal_joint_positions": dict(self.goal_joint_positions),
-                          "goal_tolerance_rad": self.goal_tolerance_rad},
+                          "goal_tolerance_rad": self.goal_tolerance_rad,
+                          **({"goal_box_xy": list(self.goal_box_xy), "goal_radius_m": self.goal_radius_m}
+                             if self.goal_box_xy is not None else {})},
                 "twin_version": self.twin_version, "randomization": dict(self.randomization),
                 "training": dict(self.training)}
+
+
+def _term_dict(term: ObservationTerm) -> dict[str, Any]:
+    if term.kind == "box_position":
+        return {"name": term.name, "kind": term.kind, "topic": term.topic, "size": term.size,
+                "max_age_s": term.max_age_s}
+    return {"name": term.name, "kind": term.kind, "joints": list(term.joints), "size": term.size,
+            "max_age_s": term.max_age_s}
 
 
 class _Reader:
@@ -184,10 +205,17 @@ def load_policy_spec(folder: Path | str) -> PolicySpec:
         kind = r.get(term, "kind", f"{where}.kind", str)
         if kind not in OBSERVATION_KINDS:
             raise r.fail(f"{where}.kind", f"is {kind!r}; supported: {list(OBSERVATION_KINDS)}")
-        terms.append(ObservationTerm(name=r.get(term, "name", f"{where}.name", str), kind=kind,
-                                     joints=r.names(term, "joints", f"{where}.joints"),
+        if kind == "box_position":
+            topic = r.get(term, "topic", f"{where}.topic", str)
+            if not topic.startswith("/"):
+                raise r.fail(f"{where}.topic", f"must be an absolute topic name, got {topic!r}")
+            joints: tuple[str, ...] = ()
+        else:
+            topic, joints = "", r.names(term, "joints", f"{where}.joints")
+        terms.append(ObservationTerm(name=r.get(term, "name", f"{where}.name", str), kind=kind, joints=joints,
                                      size=size,
-                                     max_age_s=r.get(term, "max_age_s", f"{where}.max_age_s", float, positive=True)))
+                                     max_age_s=r.get(term, "max_age_s", f"{where}.max_age_s", float, positive=True),
+                                     topic=topic))
     if not terms:
         raise r.fail("observation", "lists no term")
     trial = r.get(raw, "trial", "trial", dict)
@@ -196,6 +224,13 @@ def load_policy_spec(folder: Path | str) -> PolicySpec:
     if not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                for k, v in goal.items()):
         raise r.fail("trial.goal_joint_positions", "must map joint names to finite numbers")
+    goal_box = trial.get("goal_box_xy")
+    if goal_box is not None and not (isinstance(goal_box, list) and len(goal_box) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in goal_box)):
+        raise r.fail("trial.goal_box_xy", f"must be [x, y] in metres, got {goal_box!r}")
+    radius = r.get(trial, "goal_radius_m", "trial.goal_radius_m", float, positive=True) if goal_box is not None else 0.0
+    if goal_box is not None and not any(t.kind == "box_position" for t in terms):
+        raise r.fail("trial.goal_box_xy", "needs a box_position observation term to judge the box by")
     module = r.get(raw, "module", "module", str)
     if "/" in module or module in ("", ".", ".."):
         raise r.fail("module", f"{module!r} must be a file name in the policy folder")
@@ -209,13 +244,62 @@ def load_policy_spec(folder: Path | str) -> PolicySpec:
                       goal_tolerance_rad=r.get(trial, "goal_tolerance_rad", "trial.goal_tolerance_rad", float,
                                                positive=True),
                       twin_version=str(raw.get("twin_version") or ""), randomization=r.mapping(raw, "randomization"),
-                      training=r.mapping(raw, "training"))
+                      training=r.mapping(raw, "training"),
+                      goal_box_xy=tuple(float(v) for v in goal_box) if goal_box is not None else None,
+                      goal_radius_m=radius)
 
 
 def write_policy_spec(spec: PolicySpec) -> Path:
     path = spec.folder / SPEC_FILE
     path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
     return path
+
+
+def write_policy_folder(folder: Path | str, spec: PolicySpec, save_module: Callable[[Path], None]) -> PolicySpec:
+    """Write a new policy folder: `save_module(path)` writes the module file, then
+    policy.yaml (`spec`, its folder replaced). The folder is built beside its final place
+    and renamed into it only once policy.yaml reads back, so a failure leaves nothing.
+
+    Raises FileExistsError when `folder` exists (unless it is an empty folder): a policy
+    folder is never overwritten."""
+    folder = Path(folder)
+    if folder.is_symlink() or folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        what = "a folder that is not empty" if folder.is_dir() else "a file"
+        raise FileExistsError(f"{folder} exists already ({what}); a policy folder is never overwritten: "
+                              "give a new folder")
+    created = _make_parents(folder.parent)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            save_module(staging / spec.module)
+            write_policy_spec(dataclasses.replace(spec, folder=staging))
+            load_policy_spec(staging)  # what the runner will read must read back
+            staging.chmod(0o755)  # mkdtemp makes it private
+            os.rename(staging, folder)  # onto nothing or an empty folder; never over a policy
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    except BaseException:
+        for parent in created:  # only folders this call made, and only while empty
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        raise
+    return dataclasses.replace(spec, folder=folder)
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create `folder` and its missing parents; returns those created, deepest first."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, so no policy folder can be made under it")
+    for path in reversed(missing):
+        path.mkdir()
+    return missing
 
 
 def check_against_robot(spec: PolicySpec, *, commandable: Sequence[str], measured: Sequence[str],
@@ -227,6 +311,10 @@ def check_against_robot(spec: PolicySpec, *, commandable: Sequence[str], measure
         problems.append(f"action joints {unknown} are not commandable joints of this robot {list(commandable)} "
                         "(check the joint-name mapping of the export)")
     for term in spec.observation:
+        if term.kind == "box_position":
+            if term.size != 2:
+                problems.append(f"observation '{term.name}' is a box position (x, y) but declares size {term.size}")
+            continue
         missing = [j for j in term.joints if j not in measured]
         if missing:
             problems.append(f"observation '{term.name}' reads joints {missing} that /joint_states does not report")

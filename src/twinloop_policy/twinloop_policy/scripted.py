@@ -17,18 +17,13 @@ policy.yaml reads back, so a failure leaves nothing. Exit codes: 0 written; 2 ba
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import numbers
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from twinloop_policy.policy_spec import (FORMAT, ObservationTerm, PolicySpec, PolicySpecError, load_policy_spec,
-                                         write_policy_spec)
+from twinloop_policy.policy_spec import FORMAT, ObservationTerm, PolicySpec, PolicySpecError, write_policy_folder
 from twinloop_twin.physics import ARM_JOINTS
 
 MODULE_FILE = "policy.pt"
@@ -44,46 +39,25 @@ def write_scripted_policy(folder: Path | str, goal: Sequence[float], *, rate_hz:
 
     Raises PolicySpecError for a value out of range and FileExistsError when `folder`
     exists (unless it is an empty folder); nothing is written then."""
-    folder = Path(folder)
     goal = _check_values(goal, joints, rate_hz=rate_hz, timeout_s=timeout_s, tolerance_rad=tolerance_rad,
                          max_age_s=max_age_s)
-    if folder.is_symlink() or folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        what = "a folder that is not empty" if folder.is_dir() else "a file"
-        raise FileExistsError(f"{folder} exists already ({what}); a policy folder is never overwritten: "
-                              "give a new folder")
-    created = _make_parents(folder.parent)
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-        try:
-            import torch
+    spec = PolicySpec(
+        folder=Path(folder), name=name, version=version, module=MODULE_FILE, rate_hz=float(rate_hz),
+        action_joints=tuple(joints),
+        observation=(ObservationTerm("joint_position", "joint_position", tuple(joints),
+                                     observation_size if observation_size is not None else len(joints),
+                                     float(max_age_s)),),
+        trial_timeout_s=float(timeout_s), goal_joint_positions=dict(zip(joints, goal)),
+        goal_tolerance_rad=float(tolerance_rad), twin_version="", randomization={},
+        training={"method": "scripted (not trained)", "format": FORMAT})
 
-            from twinloop_policy.scripted_module import ScriptedReach
-            module = torch.jit.script(ScriptedReach(goal, 1.0 / rate_hz))
-            module.save(str(staging / MODULE_FILE))
-            spec = PolicySpec(
-                folder=staging, name=name, version=version, module=MODULE_FILE, rate_hz=float(rate_hz),
-                action_joints=tuple(joints),
-                observation=(ObservationTerm("joint_position", "joint_position", tuple(joints),
-                                             observation_size if observation_size is not None else len(joints),
-                                             float(max_age_s)),),
-                trial_timeout_s=float(timeout_s), goal_joint_positions=dict(zip(joints, goal)),
-                goal_tolerance_rad=float(tolerance_rad), twin_version="", randomization={},
-                training={"method": "scripted (not trained)", "format": FORMAT})
-            write_policy_spec(spec)
-            load_policy_spec(staging)  # what the runner will read must read back
-            staging.chmod(0o755)  # mkdtemp makes it private
-            os.rename(staging, folder)  # onto nothing or an empty folder; never over a policy
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    except BaseException:
-        for parent in created:  # only folders this call made, and only while empty
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-        raise
-    return dataclasses.replace(spec, folder=folder)
+    def save(path: Path) -> None:
+        import torch
+
+        from twinloop_policy.scripted_module import ScriptedReach
+        torch.jit.script(ScriptedReach(goal, 1.0 / rate_hz)).save(str(path))
+
+    return write_policy_folder(folder, spec, save)
 
 
 def _check_values(goal: Sequence[float], joints: Sequence[str], **positive: float) -> list[float]:
@@ -98,19 +72,6 @@ def _check_values(goal: Sequence[float], joints: Sequence[str], **positive: floa
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
             raise PolicySpecError(f"{_LABELS.get(name, name)} must be a finite number > 0, got {value!r}")
     return [float(v) for v in values]
-
-
-def _make_parents(folder: Path) -> list[Path]:
-    """Create `folder` and its missing parents; returns those created, deepest first."""
-    missing = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    if not folder.is_dir():
-        raise NotADirectoryError(f"{folder} is a file, so no policy folder can be made under it")
-    for path in reversed(missing):
-        path.mkdir()
-    return missing
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

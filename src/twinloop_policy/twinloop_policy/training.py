@@ -1,0 +1,217 @@
+"""Train the carry policy in the twin: a privileged teacher, distilled into a deployable student.
+
+Pure Python (numpy, MuJoCo, torch; no rclpy).
+
+- **Contexts**: box starts (about the nominal place, `box_start.position_std_m`) and goals
+  (along the goal direction, +- `goal.distance_variation_m`), drawn from the seed.
+- **Teacher** (privileged: it scores actions by rolling the twin out, which a policy on
+  the robot cannot): the cross-entropy method over (squeeze, carry duration) per context,
+  each candidate scored by its mean reward over `physics_per_candidate` draws of the
+  variation's physics, box start and tracker noise (the same draws for every candidate of
+  a context: common random numbers). It finds the action that works across what the
+  student cannot know, not for one draw.
+- **Student**: the exported module's MLP, fitted to the teacher's actions from the
+  features a real cell gives it (the box's offset as the tracker reports it, with the
+  tracker's noise; the goal). The decision is made once per episode from the first view of
+  the box, before any action of the policy could change what it sees, so the states a
+  student visits are the teacher's: plain distillation is what DAgger reduces to here.
+- **Evaluation**: the student's success rate over fresh contexts and physics draws, with a
+  95 % Wilson interval.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from twinloop_policy.carry import CarryPolicy
+from twinloop_policy.rollouts import CarryRollouts, Episode
+from twinloop_policy.task import EpisodeEnd, TaskConfig, reward, success
+from twinloop_policy.variation import Variation
+
+
+@dataclass(frozen=True)
+class Context:
+    box_xy: np.ndarray  # true start
+    seen_box_offset: np.ndarray  # as the tracker reports it (true offset + noise)
+    goal_xy: np.ndarray
+
+
+@dataclass
+class Evaluation:
+    successes: int
+    episodes: int
+    interval: tuple[float, float]
+    mean_squeeze_m: float
+    mean_carry_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.successes / self.episodes if self.episodes else 0.0
+
+    def to_dict(self) -> dict:
+        return {"success_rate": round(self.rate, 4), "successes": self.successes, "episodes": self.episodes,
+                "interval_95": [round(v, 4) for v in self.interval], "mean_squeeze_m": round(self.mean_squeeze_m, 5),
+                "mean_carry_s": round(self.mean_carry_s, 3)}
+
+
+@dataclass
+class TrainingResult:
+    policy: CarryPolicy
+    variation: Variation
+    curve: list[dict] = field(default_factory=list)
+    teacher_actions: np.ndarray | None = None  # (contexts, 2): squeeze m, carry s
+    evaluation: Evaluation | None = None
+    seconds: float = 0.0
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval of a success rate."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def draw_contexts(task: TaskConfig, policy: CarryPolicy, count: int, rng: np.random.Generator) -> list[Context]:
+    box0 = policy.box_xy.numpy()
+    out = []
+    for _ in range(count):
+        box = box0 + rng.normal(0.0, task.box_start.position_std_m, 2)
+        seen = box - box0 + rng.normal(0.0, task.observation.box_position_std_m, 2)
+        shift = rng.uniform(-task.goal.distance_variation_m, task.goal.distance_variation_m)
+        goal = box0 + task.goal.direction * (task.goal.distance_m + shift)
+        out.append(Context(box, seen, goal))
+    return out
+
+
+def _action(policy: CarryPolicy, unit: np.ndarray) -> tuple[float, float]:
+    """(squeeze m, carry s) from a point of the unit square."""
+    u = np.clip(unit, 0.0, 1.0)
+    return (policy.squeeze_low + (policy.squeeze_high - policy.squeeze_low) * float(u[0]),
+            policy.carry_low + (policy.carry_high - policy.carry_low) * float(u[1]))
+
+
+def _unit(policy: CarryPolicy, action: Sequence[float]) -> np.ndarray:
+    return np.array([(action[0] - policy.squeeze_low) / (policy.squeeze_high - policy.squeeze_low),
+                     (action[1] - policy.carry_low) / (policy.carry_high - policy.carry_low)])
+
+
+def teacher(task: TaskConfig, rollouts: CarryRollouts, variation: Variation, contexts: Sequence[Context],
+            rng: np.random.Generator, progress: Callable[[str], None] = lambda _: None,
+            curve: list[dict] | None = None) -> tuple[list[list[Context]], np.ndarray]:
+    """The cross-entropy method per context over (squeeze, carry), all contexts' candidates
+    rolled out together. A candidate's score is its mean reward over
+    `physics_per_candidate` draws, each with its own physics and its own box start and
+    tracker noise about the context's (the same draws for every candidate of a context), so
+    the action found holds across what the student cannot know. Returns each context's
+    draws and the best action found per context (contexts, 2)."""
+    t = task.training
+    policy = rollouts.policy
+    box0 = policy.box_xy.numpy()
+    draws = []
+    for c in contexts:
+        ctx = []
+        for _ in range(t.physics_per_candidate):
+            box = c.box_xy + rng.normal(0.0, task.box_start.position_std_m, 2)
+            ctx.append((variation.sample(rng), Context(box, box - box0 + rng.normal(0.0, task.observation.box_position_std_m, 2),
+                                                       c.goal_xy)))
+        draws.append(ctx)
+    mean = np.full((len(contexts), 2), 0.5)
+    std = np.full((len(contexts), 2), 0.3)
+    best = np.zeros((len(contexts), 2))
+    best_score = np.full(len(contexts), -np.inf)
+    for iteration in range(t.cem_iterations):
+        start = time.perf_counter()
+        units = np.clip(mean[:, None, :] + std[:, None, :] * rng.normal(size=(len(contexts), t.cem_population, 2)),
+                        0.0, 1.0)
+        episodes = [Episode(p, d.box_xy, d.seen_box_offset, d.goal_xy, *_action(policy, u))
+                    for ctx_units, ctx_draws in zip(units, draws) for u in ctx_units for p, d in ctx_draws]
+        ends = rollouts.run(episodes)
+        scores = np.array([reward(e, task) for e in ends]).reshape(len(contexts), t.cem_population, -1).mean(axis=2)
+        wins = np.array([success(e, task) for e in ends])
+        for i in range(len(contexts)):
+            order = np.argsort(scores[i])[::-1]
+            elite = units[i, order[:t.cem_elite]]
+            mean[i], std[i] = elite.mean(axis=0), np.maximum(elite.std(axis=0), 0.02)
+            if scores[i, order[0]] > best_score[i]:
+                best_score[i], best[i] = scores[i, order[0]], units[i, order[0]]
+        seconds = time.perf_counter() - start
+        progress(f"teacher iteration {iteration + 1}/{t.cem_iterations}: {len(episodes)} episodes, "
+                 f"{wins.mean() * 100:.0f} % succeeded; best actions' mean reward {np.mean(best_score):.3f} "
+                 f"({seconds:.1f} s)")
+        if curve is not None:
+            curve.append({"stage": "teacher", "iteration": iteration + 1, "episodes": len(episodes),
+                          "success_rate": round(float(wins.mean()), 4),
+                          "best_mean_reward": round(float(np.mean(best_score)), 4), "seconds": round(seconds, 2)})
+    return [[d for _, d in ctx] for ctx in draws], np.array([_action(policy, u) for u in best])
+
+
+def distill(policy: CarryPolicy, contexts: Sequence[Context], actions: np.ndarray, *, epochs: int,
+            seed: int = 0) -> float:
+    """Fit the student to the teacher's actions from what the student sees; returns the final loss."""
+    torch.manual_seed(seed)
+    seen = torch.tensor(np.array([c.seen_box_offset for c in contexts]), dtype=torch.float64)
+    goals = torch.tensor(np.array([c.goal_xy for c in contexts]), dtype=torch.float64) - policy.planned_goal_xy
+    target = torch.tensor(np.array([_unit(policy, a) for a in actions]), dtype=torch.float64)
+    optimizer = torch.optim.Adam(policy.student.parameters(), lr=1e-2)
+    loss = torch.tensor(0.0)
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        predicted = torch.sigmoid(policy.student(policy.features(seen, goals)))
+        loss = torch.mean((predicted - target) ** 2)
+        loss.backward()
+        optimizer.step()
+    return float(loss.detach())
+
+
+def student_actions(policy: CarryPolicy, contexts: Sequence[Context]) -> np.ndarray:
+    seen = torch.tensor(np.array([c.seen_box_offset for c in contexts]), dtype=torch.float64)
+    goals = torch.tensor(np.array([c.goal_xy for c in contexts]), dtype=torch.float64) - policy.planned_goal_xy
+    with torch.no_grad():
+        return policy.choose(seen, goals).numpy()
+
+
+def evaluate(task: TaskConfig, rollouts: CarryRollouts, variation: Variation, episodes: int, seed: int,
+             actions: Callable[[Sequence[Context]], np.ndarray] | None = None) -> Evaluation:
+    """Success of the student (or of `actions`, a baseline) over fresh contexts and physics draws."""
+    rng = np.random.default_rng(seed)
+    contexts = draw_contexts(task, rollouts.policy, episodes, rng)
+    physics = [variation.sample(rng) for _ in contexts]
+    chosen = (actions or (lambda c: student_actions(rollouts.policy, c)))(contexts)
+    ends: list[EpisodeEnd] = rollouts.run([Episode(p, c.box_xy, c.seen_box_offset, c.goal_xy, float(a[0]), float(a[1]))
+                                           for c, p, a in zip(contexts, physics, chosen)])
+    wins = sum(success(e, task) for e in ends)
+    return Evaluation(wins, len(ends), wilson_interval(wins, len(ends)), float(np.mean(chosen[:, 0])),
+                      float(np.mean(chosen[:, 1])))
+
+
+def train(task: TaskConfig, rollouts: CarryRollouts, variation: Variation, *, seed: int | None = None,
+          progress: Callable[[str], None] = lambda _: None) -> TrainingResult:
+    """Teacher, distillation, evaluation in the variation's own physics."""
+    start = time.perf_counter()
+    seed = task.training.seed if seed is None else seed
+    rng = np.random.default_rng(seed)
+    result = TrainingResult(policy=rollouts.policy, variation=variation)
+    contexts = draw_contexts(task, rollouts.policy, task.training.contexts, rng)
+    seen, result.teacher_actions = teacher(task, rollouts, variation, contexts, rng, progress, result.curve)
+    # every draw's view of the box, labelled with its context's action
+    loss = distill(rollouts.policy, [d for ctx in seen for d in ctx],
+                   np.repeat(result.teacher_actions, [len(ctx) for ctx in seen], axis=0),
+                   epochs=task.training.student_epochs, seed=seed)
+    result.curve.append({"stage": "student", "epochs": task.training.student_epochs, "loss": round(loss, 6)})
+    progress(f"student fitted to {len(contexts)} teacher actions (loss {loss:.2e}); evaluating "
+             f"{task.training.evaluation_episodes} episodes")
+    result.evaluation = evaluate(task, rollouts, variation, task.training.evaluation_episodes, seed + 1)
+    result.curve.append({"stage": "evaluation", **result.evaluation.to_dict()})
+    low, high = result.evaluation.interval
+    progress(f"student succeeds {result.evaluation.rate * 100:.0f} % in the {variation.mode} twin "
+             f"(95 % interval {low * 100:.0f}-{high * 100:.0f} %, {result.evaluation.episodes} episodes)")
+    result.seconds = time.perf_counter() - start
+    return result
