@@ -38,6 +38,7 @@ LOADERS: list[tuple[str, str]] = [
     ("config/recording.yaml", "recording_profiles"),
     ("config/excitation.yaml", "excitation"),
     ("config/calibration_targets.yaml", "calibration_targets"),
+    ("config/policy_task.yaml", "policy_task"),
     ("config/*.yaml", "parameters"),  # any other YAML in config/ is a ROS 2 parameter file
     ("urdf/*.urdf", "urdf"),
 ]
@@ -409,6 +410,14 @@ def test_calibration_targets_load(relative):
     from twinloop_calibration.targets import load_targets
     targets, default = load_targets(ROOT / relative)
     assert default in targets and all(t.point_count > 0 for t in targets.values())
+
+
+@pytest.mark.parametrize("relative", _files_of("policy_task"))
+def test_policy_task_file_loads(relative):
+    # src/twinloop_policy/test/test_carry.py checks that its motion keeps inside the shipped envelope
+    from twinloop_policy.task import load_task_config
+    task = load_task_config(ROOT / relative)
+    assert task.training.contexts >= 1 and task.goal.radius_m > 0, relative
 
 
 @pytest.mark.parametrize("relative", _files_of("excitation"))

@@ -40,6 +40,8 @@ class SimulatedCell:
         self.sent: list[list[float]] = []  # what the policy sent
         self.forwarded: list[list[float]] = []  # what the monitor let through
         self.on_stop_recording = lambda: None
+        # the box tracker's report of the box's true (x, y): a policy that observes the box gets it
+        self.box_observer = lambda x, y: (x, y)
         self._state()
 
     def load(self, spec) -> None:
@@ -54,6 +56,10 @@ class SimulatedCell:
         self.monitor.on_joint_state(sample.names, sample.position, sample.velocity, now)
         if self.policy is not None:
             self.policy[1].on_joint_state(sample.names, sample.position, sample.velocity, now)
+            for term in self.policy[0].spec.observation:
+                if term.kind == "box_position":
+                    box = self.sim.box_qpos()
+                    self.policy[1].on_box_position(term.topic, *self.box_observer(box[0], box[1]), now)
 
     def _advance(self) -> None:
         self.sim.step_until(self.sim.time_s + JOINT_STATE_PERIOD_S)

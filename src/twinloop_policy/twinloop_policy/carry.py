@@ -146,7 +146,8 @@ class CarryPolicy(torch.nn.Module):
         b = self.box_jacobian @ box_offset.clamp(-self.max_offset, self.max_offset)
         g = self.goal_jacobian @ goal_offset.clamp(-self.max_offset, self.max_offset)
         p = self.poses
-        arm = torch.stack([p[0] + b, p[1] + b, p[1] + b, p[2] + b, p[3] + g, p[4] + g, p[4] + g, p[5] + g])
+        # the descent starts where the settle holds the hand (planned pose): it blends the offset in
+        arm = torch.stack([p[0], p[1] + b, p[1] + b, p[2] + b, p[3] + g, p[4] + g, p[4] + g, p[5] + g])
         grip = self.box_half - squeeze
         fingers = torch.tensor([self.open, self.open, grip, grip, grip, grip, self.open, self.open],
                                dtype=torch.float64)

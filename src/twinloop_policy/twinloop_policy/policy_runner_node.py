@@ -1,6 +1,7 @@
 """Policy runner: runs an exported policy at its rate, through the envelope monitor.
 
-Refuses a policy that does not match the robot; steps it on a timer from /joint_states;
+Refuses a policy that does not match the robot; steps it on a timer from /joint_states
+(and the box tracker's pose, for a policy that observes the box);
 publishes targets to /twinloop/policy/command (never the hardware topic); serves
 ~/run_trials. The core is policy_spec.py, runner.py (PolicyRun) and trials.py (the trial
 sequence). Not a lifecycle node: a policy is loaded at startup or by a goal.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 
+from geometry_msgs.msg import PoseWithCovarianceStamped
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.node import Node
 from rclpy.task import Future
@@ -57,6 +59,7 @@ class PolicyRunnerNode(Node):
         self.loop: PolicyLoop | None = None
         self.assembler: ObservationAssembler | None = None
         self._timer = None
+        self._box_subscriptions: dict[str, object] = {}
         self._run: PolicyRun | None = None
         self._closing = False
         self.stale_skips = 0
@@ -85,6 +88,9 @@ class PolicyRunnerNode(Node):
         check_against_robot(spec, commandable=COMMANDED_JOINTS, measured=ALL_JOINTS,
                             joint_state_rate_hz=self.p["joint_state_rate_hz"])
         self.loop, self.assembler = PolicyLoop(spec, load_module(spec)), ObservationAssembler(spec)
+        for topic in {t.topic for t in spec.observation if t.kind == "box_position"} - set(self._box_subscriptions):
+            self._box_subscriptions[topic] = self.create_subscription(
+                PoseWithCovarianceStamped, topic, lambda msg, topic=topic: self.on_box_pose(topic, msg), RELIABLE)
         self._set_timer(False)
 
     def _set_timer(self, on: bool) -> None:
@@ -105,6 +111,11 @@ class PolicyRunnerNode(Node):
     def on_joint_state(self, msg: JointState) -> None:
         if self.assembler is not None:
             self.assembler.on_joint_state(msg.name, msg.position, msg.velocity, time.monotonic())
+
+    def on_box_pose(self, topic: str, msg: PoseWithCovarianceStamped) -> None:
+        if self.assembler is not None:
+            position = msg.pose.pose.position
+            self.assembler.on_box_position(topic, position.x, position.y, time.monotonic())
 
     def on_tick(self) -> None:
         run = self._run

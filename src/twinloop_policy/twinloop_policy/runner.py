@@ -45,13 +45,15 @@ def load_module(spec: PolicySpec) -> torch.jit.ScriptModule:
 
 
 class ObservationAssembler:
-    """Latest joint state per joint with its receive time; assembled in spec order."""
+    """Latest joint state per joint and latest box position per topic, each with its
+    receive time; assembled in spec order."""
 
     def __init__(self, spec: PolicySpec) -> None:
         self.spec = spec
         self._position: dict[str, float] = {}
         self._velocity: dict[str, float] = {}
         self._time_s: float = -np.inf
+        self._box: dict[str, tuple[float, float, float]] = {}  # topic -> (x, y, receive time)
 
     def on_joint_state(self, names: Sequence[str], positions: Sequence[float], velocities: Sequence[float],
                        now_s: float) -> None:
@@ -60,13 +62,33 @@ class ObservationAssembler:
             self._velocity.update(zip(names, velocities))
         self._time_s = now_s
 
+    def on_box_position(self, topic: str, x: float, y: float, now_s: float) -> None:
+        self._box[topic] = (float(x), float(y), now_s)
+
     def positions(self) -> dict[str, float]:
         return dict(self._position)
 
+    def box_xy(self, topic: str | None = None) -> tuple[float, float] | None:
+        """The latest box position (of `topic`, else of the spec's first box term), None before any."""
+        if topic is None:
+            topic = next((t.topic for t in self.spec.observation if t.kind == "box_position"), "")
+        entry = self._box.get(topic)
+        return None if entry is None else (entry[0], entry[1])
+
     def assemble(self, now_s: float) -> np.ndarray:
         parts = []
-        age = now_s - self._time_s
         for term in self.spec.observation:
+            if term.kind == "box_position":
+                entry = self._box.get(term.topic)
+                if entry is None:
+                    raise StaleObservation(f"observation '{term.name}' has no box pose yet from {term.topic}: "
+                                           "is the box tracker running?")
+                if now_s - entry[2] > term.max_age_s:
+                    raise StaleObservation(f"observation '{term.name}' is {(now_s - entry[2]) * 1e3:.0f} ms old "
+                                           f"(max {term.max_age_s * 1e3:.0f} ms): check {term.topic}")
+                parts.append([entry[0], entry[1]])
+                continue
+            age = now_s - self._time_s
             if age > term.max_age_s:
                 raise StaleObservation(f"observation '{term.name}' is {age * 1e3:.1f} ms old "
                                        f"(max {term.max_age_s * 1e3:.1f} ms): check /joint_states")
@@ -99,8 +121,19 @@ class PolicyLoop:
 
 
 def goal_reached(spec: PolicySpec, measured: dict[str, float]) -> bool:
-    return all(abs(measured.get(j, np.inf) - g) <= spec.goal_tolerance_rad
-               for j, g in spec.goal_joint_positions.items())
+    """The joint goal (a policy with a box goal is judged at its trial's end instead)."""
+    return bool(spec.goal_joint_positions) and all(abs(measured.get(j, np.inf) - g) <= spec.goal_tolerance_rad
+                                                   for j, g in spec.goal_joint_positions.items())
+
+
+def box_goal_outcome(spec: PolicySpec, box_xy: tuple[float, float] | None) -> tuple[bool, str]:
+    """Success and the reason, for a policy whose trial goal is a box position."""
+    if box_xy is None:
+        return False, "no box pose to judge the goal by"
+    distance = float(np.hypot(box_xy[0] - spec.goal_box_xy[0], box_xy[1] - spec.goal_box_xy[1]))
+    within = distance <= spec.goal_radius_m
+    return within, (f"box {distance * 100:.1f} cm from the goal ({'within' if within else 'outside'} "
+                    f"{spec.goal_radius_m * 100:.1f} cm)")
 
 
 @dataclass
@@ -152,7 +185,10 @@ class PolicyRun:
         elif self.judge and goal_reached(self.loop.spec, self.assembler.positions()):
             self.finish(True, "goal reached")
         elif self.timeout_s > 0 and elapsed > self.timeout_s:
-            self.finish(False, f"timeout after {elapsed:.1f} s")
+            if self.judge and self.loop.spec.goal_box_xy is not None:  # judged where the box ends
+                self.finish(*box_goal_outcome(self.loop.spec, self.assembler.box_xy()))
+            else:
+                self.finish(False, f"timeout after {elapsed:.1f} s")
         return action
 
     def finish(self, success: bool, reason: str) -> None:
