@@ -75,6 +75,7 @@ PIP_ONLY = {
     "open3d": "open3d-cpu",
     "coacd": "coacd",
     "manifold3d": "manifold3d",
+    "ray": "ray",
 }
 ISAAC_SIM_MODULE = "twinloop_sim.isaac_twin_bridge"
 ISAAC_SIM_ONLY = {"isaacsim", "omni"}

@@ -39,6 +39,7 @@ class CarryRollouts:
                  box_z_m: float, *, workers: int = 2) -> None:
         self.model, self.policy, self.task = model, policy, task
         self.box_z_m = box_z_m
+        self._box_link = box_link
         self.workers = max(1, int(workers))
         self._arm = joint_qpos_addresses(model, ACTION_JOINTS[:7])
         self._fingers = joint_qpos_addresses(model, ("panda_finger_joint1", "panda_finger_joint2"))

@@ -3,6 +3,7 @@
     twinloop policy train OUT_DIR [--mode posterior] [--twin twins/emulated/v3]
         [--score-physics config/emulated_truth.yaml] [--task config/policy_task.yaml]
         [--seed 0] [--contexts N] [--draws K] [--iterations I] [--episodes E] [--workers W]
+        [--ray-address local|auto|HOST:PORT]
 
 --mode: `posterior` (default: the twin's identified parameters, mean +- std), `nominal`
 (the twin's means, no randomization; default twin v0), `wide` (hand-set broad ranges,
@@ -10,15 +11,17 @@ config/policy_task.yaml variation.wide) or `oracle` (the physics file --oracle-p
 the emulated cell's truth, for measurement only). --twin: a twin version folder (default:
 the newest under twins/emulated, v0 for nominal; v0 is built when there is none).
 --score-physics: also evaluate the trained student under this physics file (an emulated
-cell's truth), labelled as a measurement no real cell offers. The rest override
-config/policy_task.yaml's training section for this run.
+cell's truth), labelled as a measurement no real cell offers. --ray-address: run the rollouts as tasks on a Ray cluster
+(`local`: a Ray instance on this machine with --workers CPUs; `auto` or HOST:PORT: a running
+cluster, see twinloop_policy/scaleout.py); the same seed gives the same policy either way.
+The rest override config/policy_task.yaml's training section for this run.
 
 Progress lines show each teacher iteration's success rate; the end says where the policy
 folder is and how it did. OUT_DIR must not exist (or be an empty folder).
 
 Exit codes: 0 trained and written; 2 bad input (a malformed task file, no such twin, a
-twin that cannot give the mode's variation, an existing OUT_DIR; one line on stderr says
-what to change).
+twin that cannot give the mode's variation, an existing OUT_DIR, a Ray cluster that cannot
+be reached; one line on stderr says what to change).
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also evaluate under this physics file (an emulated cell's truth; measurement only)")
     parser.add_argument("--task", default="", help="task file (default: config/policy_task.yaml)")
     parser.add_argument("--seed", type=int, default=None, help="default: the task file's training.seed")
+    parser.add_argument("--ray-address", default="", help="run the rollouts on Ray: local, auto or HOST:PORT")
     for flag, key, what in (("--contexts", "contexts", "box starts and goals the teacher solves"),
                             ("--draws", "physics_per_candidate", "draws each candidate is scored on"),
                             ("--iterations", "cem_iterations", "teacher (CEM) iterations"),
@@ -52,13 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from twinloop_policy.policy_spec import PolicySpecError
+    from twinloop_policy.scaleout import ScaleOutError
     from twinloop_policy.task import TaskConfigError
     from twinloop_policy.variation import VariationError
     from twinloop_twin.bundle import TwinError
     from twinloop_twin.physics import PhysicsConfigError
     try:
         return _train(args)
-    except (TaskConfigError, VariationError, TwinError, PhysicsConfigError, PolicySpecError, OSError,
+    except (TaskConfigError, VariationError, TwinError, PhysicsConfigError, PolicySpecError, ScaleOutError, OSError,
             ValueError) as error:
         lines = [line.strip() for line in str(error).splitlines() if line.strip() not in ("", "^")]
         print(f"{PROG}: error: {' '.join(lines)}", file=sys.stderr)
@@ -98,6 +103,11 @@ def _train(args: argparse.Namespace) -> int:
     from twinloop_twin.nominal import ensure_nominal_twin, load_scene, load_twin_workcell
 
     if args.twin:
+        if not (Path(args.twin) / MANIFEST_NAME).is_file():
+            parent = Path(args.twin).parent
+            present = sorted(p.name for p in parent.glob("v*") if (p / MANIFEST_NAME).is_file()) if parent.is_dir() else []
+            raise ValueError(f"{args.twin} is not a twin version (no {MANIFEST_NAME}); versions in {parent}: "
+                             f"{present or 'none'} (identification writes new ones: `twinloop build`)")
         bundle = load_twin(args.twin)
     else:
         bundle = ensure_nominal_twin(Path("twins"), "emulated", progress=_say)
@@ -114,19 +124,29 @@ def _train(args: argparse.Namespace) -> int:
     plan = plan_carry(task, workcell, model)
     policy = CarryPolicy(plan, task, hidden=task.training.student_hidden)
     rollouts = CarryRollouts(model, policy, task, workcell.box.link, plan.box_z_m, workers=task.training.workers)
-    result = train(task, rollouts, variation, progress=_say)
+    if args.ray_address:
+        from twinloop_policy.scaleout import RayRollouts
+        rollouts = RayRollouts(rollouts, args.ray_address, workers=task.training.workers)
+        _say(f"rollouts on Ray ({args.ray_address}): {rollouts.cpus} CPUs, {rollouts.chunks} tasks per batch")
     extra = {}
-    if scoring is not None:
-        from twinloop_policy.variation import ORACLE_LABEL
-        started = time.perf_counter()
-        scored = evaluate(task, rollouts, make_variation("oracle", task, oracle=scoring),
-                          task.training.evaluation_episodes, task.training.seed + 2)
-        low, high = scored.interval
-        _say(f"under {args.score_physics} ({ORACLE_LABEL}): {scored.rate * 100:.0f} % "
-             f"(95 % interval {low * 100:.0f}-{high * 100:.0f} %, {scored.episodes} episodes, "
-             f"{time.perf_counter() - started:.0f} s)")
-        extra["evaluation_under_truth"] = {"physics": str(args.score_physics), "label": ORACLE_LABEL,
-                                           **scored.to_dict()}
+    try:
+        result = train(task, rollouts, variation, progress=_say)
+        if scoring is not None:
+            from twinloop_policy.variation import ORACLE_LABEL
+            started = time.perf_counter()
+            scored = evaluate(task, rollouts, make_variation("oracle", task, oracle=scoring),
+                              task.training.evaluation_episodes, task.training.seed + 2)
+            low, high = scored.interval
+            _say(f"under {args.score_physics} ({ORACLE_LABEL}): {scored.rate * 100:.0f} % "
+                 f"(95 % interval {low * 100:.0f}-{high * 100:.0f} %, {scored.episodes} episodes, "
+                 f"{time.perf_counter() - started:.0f} s)")
+            extra["evaluation_under_truth"] = {"physics": str(args.score_physics), "label": ORACLE_LABEL,
+                                               **scored.to_dict()}
+    finally:
+        if args.ray_address:
+            rollouts.close()
+    if args.ray_address:
+        extra["ray_address"] = args.ray_address
     spec = export_policy(folder, result, task, twin=twin, twin_sha256=sha256_of(bundle.path / MANIFEST_NAME),
                          extra=extra)
     evaluation = result.evaluation
