@@ -3,7 +3,7 @@
     twinloop policy train OUT_DIR [--mode posterior] [--twin twins/emulated/v3]
         [--score-physics config/emulated_truth.yaml] [--task config/policy_task.yaml]
         [--seed 0] [--contexts N] [--draws K] [--iterations I] [--episodes E] [--workers W]
-        [--ray-address local|auto|HOST:PORT]
+        [--ray-address local|auto|HOST:PORT] [--tracker-bag BAG]
 
 --mode: `posterior` (default: the twin's identified parameters, mean +- std), `nominal`
 (the twin's means, no randomization; default twin v0), `wide` (hand-set broad ranges,
@@ -14,6 +14,8 @@ the newest under twins/emulated, v0 for nominal; v0 is built when there is none)
 cell's truth), labelled as a measurement no real cell offers. --ray-address: run the rollouts as tasks on a Ray cluster
 (`local`: a Ray instance on this machine with --workers CPUs; `auto` or HOST:PORT: a running
 cluster, see twinloop_policy/scaleout.py); the same seed gives the same policy either way.
+--tracker-bag: a recorded session with the box tracker's poses; the tracker's noise and
+latency measured from it replace the task file's stated ones (observation_model.py).
 The rest override config/policy_task.yaml's training section for this run.
 
 Progress lines show each teacher iteration's success rate; the end says where the policy
@@ -46,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default="", help="task file (default: config/policy_task.yaml)")
     parser.add_argument("--seed", type=int, default=None, help="default: the task file's training.seed")
     parser.add_argument("--ray-address", default="", help="run the rollouts on Ray: local, auto or HOST:PORT")
+    parser.add_argument("--tracker-bag", default="", help="a bag with the box tracker's poses: its measured noise "
+                                                          "and latency replace the task file's")
     for flag, key, what in (("--contexts", "contexts", "box starts and goals the teacher solves"),
                             ("--draws", "physics_per_candidate", "draws each candidate is scored on"),
                             ("--iterations", "cem_iterations", "teacher (CEM) iterations"),
@@ -55,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from twinloop_logging.bag_reader import BagError
+    from twinloop_policy.observation_model import ObservationModelError
     from twinloop_policy.policy_spec import PolicySpecError
     from twinloop_policy.scaleout import ScaleOutError
     from twinloop_policy.task import TaskConfigError
@@ -63,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from twinloop_twin.physics import PhysicsConfigError
     try:
         return _train(args)
-    except (TaskConfigError, VariationError, TwinError, PhysicsConfigError, PolicySpecError, ScaleOutError, OSError,
-            ValueError) as error:
+    except (TaskConfigError, VariationError, TwinError, PhysicsConfigError, PolicySpecError, ScaleOutError, BagError,
+            ObservationModelError, OSError, ValueError) as error:
         lines = [line.strip() for line in str(error).splitlines() if line.strip() not in ("", "^")]
         print(f"{PROG}: error: {' '.join(lines)}", file=sys.stderr)
         return 2
@@ -93,6 +99,15 @@ def _train(args: argparse.Namespace) -> int:
     scoring = load_physics(args.score_physics) if args.score_physics else None
     if args.mode == "oracle" and oracle is None:
         raise ValueError("--mode oracle needs --oracle-physics FILE (the emulated cell's truth; no real cell has one)")
+    tracker = None
+    if args.tracker_bag:
+        from twinloop_policy.observation_model import tracker_model
+        tracker = tracker_model(args.tracker_bag)
+        task = dataclasses.replace(task, observation=dataclasses.replace(
+            task.observation, box_position_std_m=tracker.position_std_m, box_latency_s=tracker.latency_s))
+        _say(f"box tracker from {args.tracker_bag}: noise {tracker.position_std_m * 1e3:.2f} mm per axis at rest "
+             f"(its covariance says {tracker.reported_std_m * 1e3:.2f} mm), latency {tracker.latency_s * 1e3:.0f} ms "
+             f"({tracker.poses} poses, {tracker.rest_pairs} pairs at rest)")
 
     from twinloop_policy.carry import CarryPolicy, plan_carry
     from twinloop_policy.export import export_policy
@@ -147,6 +162,8 @@ def _train(args: argparse.Namespace) -> int:
             rollouts.close()
     if args.ray_address:
         extra["ray_address"] = args.ray_address
+    if tracker is not None:
+        extra["tracker_model"] = tracker.to_dict()
     spec = export_policy(folder, result, task, twin=twin, twin_sha256=sha256_of(bundle.path / MANIFEST_NAME),
                          extra=extra)
     evaluation = result.evaluation
