@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 import yaml
 from geometry_msgs.msg import PoseStamped, PoseWithCovarianceStamped
-from rclpy.action import ActionClient
 from sensor_msgs.msg import JointState
-from twinloop_interfaces.action import RunTrials
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 
 from twinloop_policy.carry import CarryPolicy, plan_carry
@@ -68,14 +66,7 @@ def test_trained_carry_policy_runs_in_the_runner_through_the_monitor(tmp_path):
         truth = cell.probe.collect(PoseStamped, "/twinloop/emulated_workcell/box_pose", STREAM)
         policy_commands = cell.probe.collect(JointState, "/twinloop/policy/command", RELIABLE)
         cell.probe.wait_for(lambda: len(tracked) >= 3, 90.0, "the tracker's first poses")
-        client = ActionClient(cell.probe.node, RunTrials, "/policy_runner/run_trials")
-        assert client.wait_for_server(timeout_sec=60.0), runner.log()
-        sent = client.send_goal_async(RunTrials.Goal(policy_path=str(spec.folder), num_trials=1, split="held_out",
-                                                     record=False))
-        cell.probe.wait_for(sent.done, 10.0, "goal acceptance")
-        done = sent.result().get_result_async()
-        cell.probe.wait_for(done.done, 90.0, "the trial")
-        result = done.result().result
+        result = cell.run_trials(str(spec.folder), record=False, runner_log=runner.log)
         assert result.error.code == ErrorCode.NONE, result.error.message + runner.log()
         (outcome,) = result.outcomes
         box = truth[-1][1].pose.position

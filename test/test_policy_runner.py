@@ -7,9 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rclpy.action import ActionClient
 from sensor_msgs.msg import JointState
-from twinloop_interfaces.action import RunTrials
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 
 from twinloop_policy.scripted import write_scripted_policy
@@ -69,15 +67,8 @@ def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
                          log_path=cell.logs / "runner.log")
     cell.extra += [recorder, runner]
     policy_commands = cell.probe.collect(JointState, "/twinloop/policy/command", RELIABLE)
-    client = ActionClient(cell.probe.node, RunTrials, "/policy_runner/run_trials")
-    assert client.wait_for_server(timeout_sec=60.0), runner.log()
     feedback = []
-    sent = client.send_goal_async(RunTrials.Goal(policy_path=str(policy.folder), num_trials=2, split="held_out",
-                                                 record=True), feedback_callback=feedback.append)
-    cell.probe.wait_for(sent.done, 10.0, "goal acceptance")
-    result_future = sent.result().get_result_async()
-    cell.probe.wait_for(result_future.done, 90.0, "the trials")
-    result = result_future.result().result
+    result = cell.run_trials(str(policy.folder), num_trials=2, feedback=feedback.append, runner_log=runner.log)
     assert result.error.code == ErrorCode.NONE, result.error.message + runner.log()
     assert [o.trial_index for o in result.outcomes] == [0, 1]
     for outcome in result.outcomes:
@@ -127,14 +118,7 @@ def test_trial_is_not_run_while_the_recorder_lacks_a_required_topic(cell, home, 
     cell.extra += [recorder, runner]
     policy = write_scripted_policy(tmp_path / "reach", [home[0] + 0.15] + home[1:], timeout_s=10.0, max_age_s=0.05)
     policy_commands = cell.probe.collect(JointState, "/twinloop/policy/command", RELIABLE)
-    client = ActionClient(cell.probe.node, RunTrials, "/policy_runner/run_trials")
-    assert client.wait_for_server(timeout_sec=60.0), runner.log()
-    sent = client.send_goal_async(RunTrials.Goal(policy_path=str(policy.folder), num_trials=1, split="held_out",
-                                                 record=True))
-    cell.probe.wait_for(sent.done, 10.0, "goal acceptance")
-    result_future = sent.result().get_result_async()
-    cell.probe.wait_for(result_future.done, 30.0, "the refusal")
-    error = result_future.result().result.error
+    error = cell.run_trials(str(policy.folder), timeout_s=30.0, runner_log=runner.log).error
     assert error.code == ErrorCode.NOT_READY, error.message
     # the missing topic is named (a fresh-clone run also listed /joint_states: the recorder had
     # not discovered its publisher within the 1 s given here on a loaded host)

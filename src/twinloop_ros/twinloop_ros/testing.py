@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from geometry_msgs.msg import WrenchStamped
+from rclpy.action import ActionClient
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
+from twinloop_interfaces.action import RunTrials
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 from twinloop_interfaces.srv import ResetFault, ResetWorkcell, SetArmed
 
@@ -109,6 +111,18 @@ class EnvelopeCell:
         return dict(self.home)
 
     # ------------------------------------------------------------ observations
+    def run_trials(self, policy_path: str, *, num_trials: int = 1, record: bool = True, timeout_s: float = 90.0,
+                   feedback: Callable | None = None, runner_log: Callable[[], str] = lambda: "") -> RunTrials.Result:
+        """A RunTrials goal (split held_out) to /policy_runner, waited for; its result."""
+        client = ActionClient(self.probe.node, RunTrials, "/policy_runner/run_trials")
+        assert client.wait_for_server(timeout_sec=60.0), runner_log()
+        sent = client.send_goal_async(RunTrials.Goal(policy_path=policy_path, num_trials=num_trials,
+                                                     split="held_out", record=record), feedback_callback=feedback)
+        self.probe.wait_for(sent.done, 10.0, "goal acceptance")
+        result = sent.result().get_result_async()
+        self.probe.wait_for(result.done, timeout_s, "the trials")
+        return result.result().result
+
     def latest_status(self) -> EnvelopeStatus:
         return self.status[-1][1]
 
