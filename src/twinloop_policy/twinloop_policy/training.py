@@ -18,7 +18,6 @@ Pure Python (numpy, MuJoCo, torch; no rclpy).
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -30,6 +29,7 @@ from twinloop_policy.carry import CarryPolicy
 from twinloop_policy.rollouts import CarryRollouts, Episode
 from twinloop_policy.task import EpisodeEnd, TaskConfig, reward, success
 from twinloop_policy.variation import Variation
+from twinloop_twin.statistics import wilson_interval
 
 
 @dataclass(frozen=True)
@@ -65,16 +65,6 @@ class TrainingResult:
     teacher_actions: np.ndarray | None = None  # (contexts, 2): squeeze m, carry s
     evaluation: Evaluation | None = None
     seconds: float = 0.0
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95 % Wilson score interval of a success rate."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def draw_contexts(task: TaskConfig, policy: CarryPolicy, count: int, rng: np.random.Generator) -> list[Context]:
