@@ -32,9 +32,7 @@ from twinloop_twin.workcell import WorkcellDescription
 
 GRIPPER = "panda_finger_joint1"
 ACTION_JOINTS = tuple(ARM_JOINTS) + (GRIPPER,)
-OBSERVATION_SIZE = len(ARM_JOINTS) + 2
 MAX_OFFSET_M = 0.03  # box and goal offsets beyond this are not followed (the poses are planned for the nominal ones)
-SEGMENTS = ("descend", "close", "lift", "carry", "place", "release", "retreat")
 
 
 class CarryPlanError(ValueError):
@@ -157,12 +155,12 @@ class CarryPolicy(torch.nn.Module):
                 goal_offset: torch.Tensor) -> torch.Tensor:
         """Targets (len(tau), 8) at times tau (s) after the descent begins."""
         keys = self.keypoints(squeeze, box_offset, goal_offset)
-        ends = torch.cumsum(self.durations(carry_s), dim=0)
-        starts = ends - self.durations(carry_s)
+        durations = self.durations(carry_s)
+        ends = torch.cumsum(durations, dim=0)
+        starts = ends - durations
         index = torch.bucketize(tau, ends, right=True).clamp(max=len(self.fixed_s) - 1)
         x = ((tau - starts[index]) / (ends[index] - starts[index])).clamp(0.0, 1.0)
-        blend = (10.0 * x**3 - 15.0 * x**4 + 6.0 * x**5).unsqueeze(1)
-        return keys[index] + (keys[index + 1] - keys[index]) * blend
+        return keys[index] + (keys[index + 1] - keys[index]) * _minimum_jerk(x).unsqueeze(1)
 
     @torch.jit.export
     def reset(self) -> None:
@@ -180,8 +178,7 @@ class CarryPolicy(torch.nn.Module):
         self.step_count.add_(1)
         t = k * self.dt
         if t < self.approach_s:
-            x = t / self.approach_s
-            blend = 10.0 * x**3 - 15.0 * x**4 + 6.0 * x**5
+            blend = _minimum_jerk(torch.tensor(t / self.approach_s, dtype=torch.float64))
             arm = self.q_start + (self.poses[0] - self.q_start) * blend
             return torch.cat([arm, torch.tensor([self.open], dtype=torch.float64)])
         if t < self.approach_s + self.settle_s:
@@ -194,6 +191,11 @@ class CarryPolicy(torch.nn.Module):
             self.decided.fill_(True)
         tau = torch.tensor([t - self.approach_s - self.settle_s], dtype=torch.float64)
         return self.targets(tau, float(self.choice[0]), float(self.choice[1]), self.offsets[0], self.offsets[1])[0]
+
+
+def _minimum_jerk(x: torch.Tensor) -> torch.Tensor:
+    """Minimum-jerk progress at normalized time x in [0, 1] (twinloop_twin.motion's profile, in torch)."""
+    return 10.0 * x**3 - 15.0 * x**4 + 6.0 * x**5
 
 
 def limit_ratios(policy: CarryPolicy, workcell: WorkcellDescription, *, velocity_scale: float = 0.5,

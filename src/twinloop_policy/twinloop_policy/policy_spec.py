@@ -48,7 +48,6 @@ import yaml
 FORMAT = "twinloop-policy/1"
 SPEC_FILE = "policy.yaml"
 OBSERVATION_KINDS = ("joint_position", "joint_velocity", "box_position")
-JOINT_KINDS = ("joint_position", "joint_velocity")
 ACTION_TYPES = ("joint_position",)
 # the keys of each section: anything else is a typo or a newer format, refused by name
 KEYS = {"<top>": {"format", "name", "version", "module", "rate_hz", "action", "observation", "trial", "twin_version",
@@ -262,11 +261,7 @@ def write_policy_folder(folder: Path | str, spec: PolicySpec, save_module: Calla
 
     Raises FileExistsError when `folder` exists (unless it is an empty folder): a policy
     folder is never overwritten."""
-    folder = Path(folder)
-    if folder.is_symlink() or folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        what = "a folder that is not empty" if folder.is_dir() else "a file"
-        raise FileExistsError(f"{folder} exists already ({what}); a policy folder is never overwritten: "
-                              "give a new folder")
+    folder = check_new_folder(folder)
     created = _make_parents(folder.parent)
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -287,6 +282,17 @@ def write_policy_folder(folder: Path | str, spec: PolicySpec, save_module: Calla
                 break
         raise
     return dataclasses.replace(spec, folder=folder)
+
+
+def check_new_folder(folder: Path | str) -> Path:
+    """`folder` as a Path; FileExistsError unless it is free for a new policy folder
+    (missing, or an empty folder)."""
+    folder = Path(folder)
+    if folder.is_symlink() or folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        what = "a folder that is not empty" if folder.is_dir() else "a file"
+        raise FileExistsError(f"{folder} exists already ({what}); a policy folder is never overwritten: "
+                              "give a new folder")
+    return folder
 
 
 def _make_parents(folder: Path) -> list[Path]:

@@ -21,6 +21,7 @@ import torch
 from twinloop_policy.carry import ACTION_JOINTS, CarryPolicy
 from twinloop_policy.task import EpisodeEnd, TaskConfig, box_tilt_rad
 from twinloop_twin.model_parameters import apply_parameters
+from twinloop_twin.physics import FINGER_JOINTS
 from twinloop_twin.scene import command_actuator_ids, fill_command_history, joint_qpos_addresses, reset_to_home
 
 
@@ -39,10 +40,10 @@ class CarryRollouts:
                  box_z_m: float, *, workers: int = 2) -> None:
         self.model, self.policy, self.task = model, policy, task
         self.box_z_m = box_z_m
-        self._box_link = box_link
+        self.box_link = box_link
         self.workers = max(1, int(workers))
         self._arm = joint_qpos_addresses(model, ACTION_JOINTS[:7])
-        self._fingers = joint_qpos_addresses(model, ("panda_finger_joint1", "panda_finger_joint2"))
+        self._fingers = joint_qpos_addresses(model, FINGER_JOINTS)
         self._actuators = command_actuator_ids(model, ACTION_JOINTS)
         joint = model.body(box_link).jntadr[0]
         self._box = int(model.jnt_qposadr[joint])

@@ -58,7 +58,7 @@ class RayRollouts:
         self.chunks = max(1, self.cpus * chunks_per_worker)
         self._task = ray.remote(num_cpus=1)(_run_slice)
         self._shared = [ray.put(v) for v in (local.model, local.policy, local.task)]
-        self._box = (local._box_link, local.box_z_m)
+        self._box = (local.box_link, local.box_z_m)
 
     def run(self, episodes: Sequence[Episode]) -> list[EpisodeEnd]:
         episodes = list(episodes)

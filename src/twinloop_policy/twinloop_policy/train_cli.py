@@ -92,9 +92,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.seed is not None:
         overrides["seed"] = args.seed
     task = dataclasses.replace(task, training=dataclasses.replace(task.training, **overrides))
-    folder = Path(args.folder)
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise FileExistsError(f"{folder} exists already; a policy folder is never overwritten: give a new folder")
+    from twinloop_policy.policy_spec import check_new_folder
+    folder = check_new_folder(args.folder)  # before the training, not only when it is written
     oracle = load_physics(args.oracle_physics) if args.oracle_physics else None
     scoring = load_physics(args.score_physics) if args.score_physics else None
     if args.mode == "oracle" and oracle is None:
@@ -114,13 +113,13 @@ def _train(args: argparse.Namespace) -> int:
     from twinloop_policy.rollouts import CarryRollouts
     from twinloop_policy.training import evaluate, train
     from twinloop_policy.variation import make_variation
-    from twinloop_twin.bundle import MANIFEST_NAME, load_twin, sha256_of
+    from twinloop_twin.bundle import MANIFEST_NAME, list_versions, load_twin, sha256_of
     from twinloop_twin.nominal import ensure_nominal_twin, load_scene, load_twin_workcell
 
     if args.twin:
         if not (Path(args.twin) / MANIFEST_NAME).is_file():
             parent = Path(args.twin).parent
-            present = sorted(p.name for p in parent.glob("v*") if (p / MANIFEST_NAME).is_file()) if parent.is_dir() else []
+            present = [f"v{v}" for v in list_versions(parent.parent, parent.name)] if parent.is_dir() else []
             raise ValueError(f"{args.twin} is not a twin version (no {MANIFEST_NAME}); versions in {parent}: "
                              f"{present or 'none'} (identification writes new ones: `twinloop build`)")
         bundle = load_twin(args.twin)

@@ -71,12 +71,18 @@ def draw_contexts(task: TaskConfig, policy: CarryPolicy, count: int, rng: np.ran
     box0 = policy.box_xy.numpy()
     out = []
     for _ in range(count):
-        box = box0 + rng.normal(0.0, task.box_start.position_std_m, 2)
-        seen = box - box0 + rng.normal(0.0, task.observation.box_position_std_m, 2)
+        box, seen = _box_and_view(task, box0, box0, rng)
         shift = rng.uniform(-task.goal.distance_variation_m, task.goal.distance_variation_m)
         goal = box0 + task.goal.direction * (task.goal.distance_m + shift)
         out.append(Context(box, seen, goal))
     return out
+
+
+def _box_and_view(task: TaskConfig, about: np.ndarray, planned: np.ndarray,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A box start drawn about `about`, and its offset from the planned place as the tracker reports it."""
+    box = about + rng.normal(0.0, task.box_start.position_std_m, 2)
+    return box, box - planned + rng.normal(0.0, task.observation.box_position_std_m, 2)
 
 
 def _action(policy: CarryPolicy, unit: np.ndarray) -> tuple[float, float]:
@@ -112,8 +118,7 @@ def teacher(task: TaskConfig, rollouts: CarryRollouts, variation: Variation, con
     for c in contexts:
         ctx = []
         for _ in range(t.physics_per_candidate):
-            box = c.box_xy + rng.normal(0.0, task.box_start.position_std_m, 2)
-            seen = box - box0 + rng.normal(0.0, task.observation.box_position_std_m, 2)
+            box, seen = _box_and_view(task, c.box_xy, box0, rng)
             ctx.append((variation.sample(rng), Context(box, seen, c.goal_xy)))
         draws.append(ctx)
     flat = [d for ctx in draws for d in ctx]
@@ -152,8 +157,7 @@ def distill(policy: CarryPolicy, contexts: Sequence[Context], actions: np.ndarra
             seed: int = 0) -> float:
     """Fit the student to the teacher's actions from what the student sees; returns the final loss."""
     torch.manual_seed(seed)
-    seen = torch.tensor(np.array([c.seen_box_offset for c in contexts]), dtype=torch.float64)
-    goals = torch.tensor(np.array([c.goal_xy for c in contexts]), dtype=torch.float64) - policy.planned_goal_xy
+    seen, goals = _student_inputs(policy, contexts)
     target = torch.tensor(np.array([_unit(policy, a) for a in actions]), dtype=torch.float64)
     # Start from the teacher's mean action (output layer: zero weights, bias at its logit)
     # and keep the weights small: from a handful of contexts the student should fall back
@@ -177,9 +181,15 @@ def distill(policy: CarryPolicy, contexts: Sequence[Context], actions: np.ndarra
     return float(loss.detach())
 
 
-def student_actions(policy: CarryPolicy, contexts: Sequence[Context]) -> np.ndarray:
+def _student_inputs(policy: CarryPolicy, contexts: Sequence[Context]) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the student sees of each context: the tracker's box offset and the goal's offset."""
     seen = torch.tensor(np.array([c.seen_box_offset for c in contexts]), dtype=torch.float64)
     goals = torch.tensor(np.array([c.goal_xy for c in contexts]), dtype=torch.float64) - policy.planned_goal_xy
+    return seen, goals
+
+
+def student_actions(policy: CarryPolicy, contexts: Sequence[Context]) -> np.ndarray:
+    seen, goals = _student_inputs(policy, contexts)
     with torch.no_grad():
         return policy.choose(seen, goals).numpy()
 

@@ -18,7 +18,7 @@ values, applied to a compiled model with twinloop_twin.model_parameters.apply_pa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -121,7 +121,3 @@ def make_variation(mode: str, task: TaskConfig, parameters: ParameterSet | None 
             uniform[name] = (max(p.mean - k * p.std, floor * p.mean), p.mean + k * p.std)
     return Variation(mode, means, normal=normal, uniform=uniform)
 
-
-def describe_sample(sample: Mapping[str, float], names: tuple[str, ...] = ("box.mass_kg", "box.friction",
-                                                                        "finger.friction", "command.delay_s")) -> str:
-    return ", ".join(f"{n} {sample[n]:.4g}" for n in names if n in sample)
