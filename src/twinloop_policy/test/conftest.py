@@ -40,7 +40,8 @@ class SimulatedCell:
         self.sent: list[list[float]] = []  # what the policy sent
         self.forwarded: list[list[float]] = []  # what the monitor let through
         self.on_stop_recording = lambda: None
-        # the box tracker's report of the box's true (x, y): a policy that observes the box gets it
+        # the box tracker's report of the box's true (x, y) (None: none yet): a policy that
+        # observes the box gets it
         self.box_observer = lambda x, y: (x, y)
         self._state()
 
@@ -59,7 +60,9 @@ class SimulatedCell:
             for term in self.policy[0].spec.observation:
                 if term.kind == "box_position":
                     box = self.sim.box_qpos()
-                    self.policy[1].on_box_position(term.topic, *self.box_observer(box[0], box[1]), now)
+                    seen = self.box_observer(box[0], box[1])
+                    if seen is not None:  # None: the tracker has not reported
+                        self.policy[1].on_box_position(term.topic, *seen, now)
 
     def _advance(self) -> None:
         self.sim.step_until(self.sim.time_s + JOINT_STATE_PERIOD_S)
@@ -103,6 +106,9 @@ class SimulatedCell:
         self.calls.append("stop_recording")
         self.on_stop_recording()
         return f"bags/{self.sessions[-1][0]}"
+
+    def observations_missing(self) -> str:
+        return self.policy[1].missing(self.sim.time_s)
 
     def run_policy(self, timeout_s: float) -> tuple[bool, str]:
         self.calls.append("run_policy")

@@ -28,7 +28,7 @@ from twinloop_policy.rollouts import CarryRollouts, Episode
 from twinloop_policy.task import (EpisodeEnd, TaskConfigError, load_task_config, reward, success,
                                   task_config_from_dict)
 from twinloop_policy.training import draw_contexts, evaluate, train
-from twinloop_policy.trials import TrialPlan, TrialSequence
+from twinloop_policy.trials import TrialFailed, TrialPlan, TrialSequence
 from twinloop_policy.variation import VariationError, make_variation
 from twinloop_twin.nominal import physics_parameters
 from twinloop_twin.parameters import Parameter, ParameterSet
@@ -297,12 +297,19 @@ def test_the_exported_policy_carries_the_box_through_the_monitor(exported, cell)
     stated noise): the trial succeeds, the monitor forwards every command unchanged."""
     spec = load_policy_spec(exported.folder)
     cell.load(spec)
+    plan = TrialPlan(policy_name=spec.name, policy_version=spec.policy_version, twin_version=spec.twin_version,
+                     num_trials=1, split="held_out", record=True, timeout_s=spec.trial_timeout_s, simulated=True,
+                     settle_s=0.2, required_topics=("/joint_states",), record_ready_timeout_s=1.0, arm_monitor=True,
+                     observation_timeout_s=1.0)
+    # No pose from the tracker yet: the trial waits for one, then is not run (never armed).
+    cell.box_observer = lambda x, y: None
+    with pytest.raises(TrialFailed) as failed:
+        TrialSequence(plan, cell, clock=cell.now_s).run()
+    assert failed.value.code == "NOT_READY" and "has no box pose yet" in str(failed.value), failed.value
+    assert "arm" not in cell.calls and cell.sent == []
     rng = np.random.default_rng(0)
     std = load_task_config().observation.box_position_std_m
     cell.box_observer = lambda x, y: (x + rng.normal(0.0, std), y + rng.normal(0.0, std))
-    plan = TrialPlan(policy_name=spec.name, policy_version=spec.policy_version, twin_version=spec.twin_version,
-                     num_trials=1, split="held_out", record=True, timeout_s=spec.trial_timeout_s, simulated=True,
-                     settle_s=0.2, required_topics=("/joint_states",), record_ready_timeout_s=1.0, arm_monitor=True)
     (outcome,) = TrialSequence(plan, cell, clock=cell.now_s, log=print).run()
     box = cell.sim.box_qpos()
     print(f"trial: {outcome.reason}; the box at {np.round(box[:3], 3).tolist()}, goal {list(spec.goal_box_xy)}")

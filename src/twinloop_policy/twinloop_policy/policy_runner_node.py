@@ -48,6 +48,8 @@ class PolicyRunnerNode(Node):
             "reset_service": ("/emulated_workcell/reset", "ResetWorkcell service of the simulator"),
             "operator_service": ("/twinloop/operator/confirm_reset", "ConfirmReset service of the operator"),
             "settle_s": (0.5, "s, wait after a scene reset before the trial starts"),
+            "observation_timeout_s": (5.0, "s, wait after settle_s for every observation term's first value "
+                                      "(e.g. the box tracker's pose); a trial without one is not run"),
             "recorder_node": ("/recorder", "recorder whose start/stop services record the trials"),
             "record_profile": ("trial", "recording profile of each trial"),
             "record_required_topics": (["/joint_states", "/joint_command"],
@@ -69,7 +71,7 @@ class PolicyRunnerNode(Node):
         self.cell = RosTrialCell(self, monitor=self.p["monitor_node"], recorder=self.p["recorder_node"],
                                  reset_service=self.p["reset_service"], operator_service=self.p["operator_service"],
                                  bag_dir=self.p["bag_dir"], record_profile=self.p["record_profile"],
-                                 run_policy=self.run_policy)
+                                 run_policy=self.run_policy, observations_missing=self.observations_missing)
         ActionServer(self, RunTrials, "~/run_trials", execute_callback=self.execute,
                      cancel_callback=lambda _: CancelResponse.ACCEPT)
         if self.p["policy_path"]:
@@ -107,6 +109,9 @@ class PolicyRunnerNode(Node):
         outcome = run.wait(stop=lambda: self._closing)
         self.stale_skips += run.stale_skips
         return outcome
+
+    def observations_missing(self) -> str:
+        return self.assembler.missing(time.monotonic()) if self.assembler is not None else "no policy loaded"
 
     def on_joint_state(self, msg: JointState) -> None:
         if self.assembler is not None:
@@ -177,7 +182,8 @@ class PolicyRunnerNode(Node):
             or spec.twin_version, num_trials=goal.num_trials, split=goal.split, record=goal.record,
             timeout_s=goal.trial_timeout_s or spec.trial_timeout_s, simulated=self.p["simulated"],
             settle_s=self.p["settle_s"], required_topics=tuple(self.p["record_required_topics"]),
-            record_ready_timeout_s=self.p["record_ready_timeout_s"], arm_monitor=self.p["arm_monitor"])
+            record_ready_timeout_s=self.p["record_ready_timeout_s"], arm_monitor=self.p["arm_monitor"],
+            observation_timeout_s=self.p["observation_timeout_s"])
         return TrialSequence(plan, self.cell, log=lambda m: self.get_logger().info(
             f"{m}; {self.stale_skips} steps skipped on stale observations so far"))
 

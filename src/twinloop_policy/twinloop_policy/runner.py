@@ -75,6 +75,14 @@ class ObservationAssembler:
         entry = self._box.get(topic)
         return None if entry is None else (entry[0], entry[1])
 
+    def missing(self, now_s: float) -> str:
+        """Why assemble(now_s) would fail ('' when it would not)."""
+        try:
+            self.assemble(now_s)
+        except StaleObservation as error:
+            return str(error)
+        return ""
+
     def assemble(self, now_s: float) -> np.ndarray:
         parts = []
         for term in self.spec.observation:

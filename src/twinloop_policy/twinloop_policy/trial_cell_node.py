@@ -25,13 +25,14 @@ def failed(error: ClientError, what: str) -> TrialFailed:
 
 class RosTrialCell:
     def __init__(self, node: Node, *, monitor: str, recorder: str, reset_service: str, operator_service: str,
-                 bag_dir: str, record_profile: str, run_policy: Callable[[float], tuple[bool, str]]) -> None:
+                 bag_dir: str, record_profile: str, run_policy: Callable[[float], tuple[bool, str]],
+                 observations_missing: Callable[[], str]) -> None:
         self.envelope = EnvelopeClient(node, monitor=monitor)
         self.recorder = RecorderClient(node, recorder=recorder)
         self._reset = node.create_client(ResetWorkcell, reset_service)
         self._operator = node.create_client(ConfirmReset, operator_service)
         self._bag_dir, self._profile = bag_dir, record_profile
-        self.run_policy = run_policy
+        self.run_policy, self.observations_missing = run_policy, observations_missing
 
     def monitor_faulted(self) -> bool:
         return self.envelope.faulted()

@@ -41,6 +41,7 @@ class TrialPlan:
     required_topics: tuple[str, ...] = ("/joint_states", "/joint_command")
     record_ready_timeout_s: float = 5.0
     arm_monitor: bool = True
+    observation_timeout_s: float = 5.0  # wait for every observation term's first value
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class TrialCell(Protocol):
     def wait_until_recording(self, bag_path: str, topics: Sequence[str], timeout_s: float) -> list[str]: ...
 
     def stop_recording(self) -> str: ...
+
+    def observations_missing(self) -> str: ...  # why the policy's observation is not complete yet ('' when it is)
 
     def run_policy(self, timeout_s: float) -> tuple[bool, str]: ...  # from the policy's reset: (success, reason)
 
@@ -126,6 +129,7 @@ class TrialSequence:
         plan, cell = self.plan, self.cell
         self.updates.append((index, "resetting"))
         self.reset(index)
+        self.wait_for_observations(index)
         bag_path = ""
         if plan.record:
             self.updates.append((index, "recording"))
@@ -162,6 +166,18 @@ class TrialSequence:
             if not confirmed:
                 raise TrialFailed("CANCELED", f"operator declined the reset: {note}")
         cell.sleep(plan.settle_s)
+
+    def wait_for_observations(self, index: int) -> None:
+        """Return once every observation term has a value (before arming: the monitor's
+        command watchdog runs once it is armed). A box tracker publishes a few times a
+        second, later after a reset or on a loaded host; a trial that started without it
+        would stop at its first step."""
+        deadline = self.clock() + self.plan.observation_timeout_s
+        while (missing := self.cell.observations_missing()) and self.clock() < deadline:
+            self.cell.sleep(0.05)
+        if missing:
+            raise TrialFailed("NOT_READY", f"trial {index} not run: after {self.plan.observation_timeout_s:.1f} s, "
+                              f"{missing}")
 
     def start_recording(self, index: int, session_id: str) -> str:
         """Start the trial's session; return once the recorder records the required topics.
