@@ -5,6 +5,13 @@ solve, write) and its result back into messages, publishes each result on /tf_st
 serves as the live run's cell (twinloop_calibration.live.LiveCell): joint states and
 images in, position targets out to the envelope monitor's input, the monitor armed and
 disarmed through twinloop_ros.clients.EnvelopeClient.
+
+Threads: one executor thread (the EventsExecutor where available) delivers the joint
+states (500 Hz), the images and the monitor's answers; a goal runs in a worker thread
+that execute (a coroutine) awaits (twinloop_ros.node.await_worker); the target stream has
+a thread of its own. rclpy's MultiThreadedExecutor, used before, delivered 80 of the 500
+joint states a second with a whole core (`python bench/executor_cost.py`): the settle
+check starved and the target stream stalled past the monitor's watchdog on a loaded host.
 """
 from __future__ import annotations
 
@@ -12,8 +19,6 @@ import threading
 import time
 
 from rclpy.action import ActionServer, CancelResponse
-from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from tf2_msgs.msg import TFMessage
@@ -27,7 +32,7 @@ from twinloop_calibration.targets import TargetDetector, load_targets
 from twinloop_calibration.workcell_calibration import CalibrationRequest, CalibrationSettings, WorkcellCalibration
 from twinloop_ros.clients import ClientError, EnvelopeClient
 from twinloop_ros.messages import image_to_numpy, tf_msg
-from twinloop_ros.node import StartupError, declare, run_node
+from twinloop_ros.node import StartupError, await_worker, declare, make_executor, run_node
 from twinloop_ros.qos import COMMANDS, LATCHED, RELIABLE
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
@@ -87,25 +92,21 @@ class CalibrationServer(Node):
         self.joints = JointBuffer(list(ARM_JOINTS))
         self.images: dict[str, Image] = {}
         self.infos: dict[str, CameraInfo] = {}
-        # Reentrant group + multi-threaded executor: joint states, images and the monitor's
-        # answers keep flowing while a goal runs for a minute in its own thread.
-        group = self.group = ReentrantCallbackGroup()
         self.cameras = list(workcell.cameras)
         for camera in self.cameras:
             self.create_subscription(CameraInfo, f"/{camera}/color/camera_info",
-                                     lambda m, c=camera: self.infos.__setitem__(c, m), 2, callback_group=group)
+                                     lambda m, c=camera: self.infos.__setitem__(c, m), 2)
         # Joint states (500 Hz) and images are taken only while a goal runs: deserialising
         # them between goals cost 60 % of a core here, taken from the robot's control path.
         self._listening: list = []
         # Commands: each message is one step of the monitor (the COMMANDS profile says why).
         self.command_pub = self.create_publisher(JointState, p["command_topic"], COMMANDS)
-        self.envelope = EnvelopeClient(self, monitor=p["monitor_node"], callback_group=group) \
-            if p["monitor_node"] else None
+        self.envelope = EnvelopeClient(self, monitor=p["monitor_node"]) if p["monitor_node"] else None
         self._stream_stop = threading.Event()
         self._streamer: threading.Thread | None = None
         self.tf_static_pub = self.create_publisher(TFMessage, "/tf_static", LATCHED)
         ActionServer(self, Calibrate, "~/calibrate", execute_callback=self.execute,
-                     cancel_callback=lambda _: CancelResponse.ACCEPT, callback_group=group)
+                     cancel_callback=lambda _: CancelResponse.ACCEPT)
 
     def on_joint_state(self, msg: JointState) -> None:
         self.joints.add(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec, msg.name, msg.position,
@@ -115,12 +116,10 @@ class CalibrationServer(Node):
         """Subscribe to the joint states and images for the goal about to run."""
         self.joints = JointBuffer(list(ARM_JOINTS))
         self.images = {}
-        self._listening = [self.create_subscription(JointState, "/joint_states", self.on_joint_state, RELIABLE,
-                                                    callback_group=self.group)]
+        self._listening = [self.create_subscription(JointState, "/joint_states", self.on_joint_state, RELIABLE)]
         for camera in self.cameras:
             self._listening.append(self.create_subscription(
-                Image, f"/{camera}/color/image_raw", lambda m, c=camera: self.images.__setitem__(c, m), 2,
-                callback_group=self.group))
+                Image, f"/{camera}/color/image_raw", lambda m, c=camera: self.images.__setitem__(c, m), 2))
 
     def _stop_listening(self) -> None:
         for subscription in self._listening:
@@ -128,13 +127,13 @@ class CalibrationServer(Node):
         self._listening = []
         self.images = {}
 
-    def execute(self, goal_handle):
+    async def execute(self, goal_handle):
         goal = goal_handle.request
         live = goal.source != "bag"
         if live:
             self._listen()
         try:
-            return self._execute(goal_handle)
+            return await await_worker(self, lambda: self._execute(goal_handle))
         finally:
             if live:
                 self._stop_listening()
@@ -230,7 +229,7 @@ class CalibrationServer(Node):
 
 
 def main(args=None) -> None:
-    run_node(CalibrationServer, args, executor=lambda: MultiThreadedExecutor(num_threads=4))
+    run_node(CalibrationServer, args, executor=make_executor())
 
 
 if __name__ == "__main__":

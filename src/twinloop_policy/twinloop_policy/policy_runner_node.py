@@ -19,7 +19,6 @@ import time
 from geometry_msgs.msg import PoseWithCovarianceStamped
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.node import Node
-from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from twinloop_interfaces.action import RunTrials
 from twinloop_interfaces.msg import ErrorCode, TrialOutcome
@@ -28,7 +27,7 @@ from twinloop_policy.policy_spec import PolicyMismatch, PolicySpecError, check_a
 from twinloop_policy.runner import ObservationAssembler, PolicyLoop, PolicyRun, load_module
 from twinloop_policy.trial_cell_node import RosTrialCell
 from twinloop_policy.trials import TrialFailed, TrialPlan, TrialSequence
-from twinloop_ros.node import StartupError, declare, make_executor, run_node
+from twinloop_ros.node import StartupError, declare, make_executor, run_node, sleep
 from twinloop_ros.qos import COMMANDS, RELIABLE
 from twinloop_twin.physics import ALL_JOINTS, COMMANDED_JOINTS
 
@@ -198,15 +197,9 @@ class PolicyRunnerNode(Node):
                     goal_handle.publish_feedback(RunTrials.Feedback(trial_index=index, status=status))
                 if goal_handle.is_cancel_requested:
                     sequence.cancel.set()
-                await self._sleep(0.05)
+                await sleep(self, 0.05)
         finally:
             self._set_timer(False)
-
-    async def _sleep(self, seconds: float) -> None:
-        done = Future()
-        timer = self.create_timer(seconds, lambda: done.done() or done.set_result(None))
-        await done
-        self.destroy_timer(timer)
 
     def destroy_node(self) -> None:
         # Stop safely: command the measured position once (the robot stops where it is), ask

@@ -13,6 +13,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
+from rclpy.task import Future
 
 
 class StartupError(RuntimeError):
@@ -53,6 +54,45 @@ def make_executor() -> Callable[[], Any]:
         except ImportError:
             return SingleThreadedExecutor()
     return factory
+
+
+async def sleep(node: Node, seconds: float) -> None:
+    """Await `seconds` in a coroutine callback without holding the executor thread."""
+    done = Future()
+    timer = node.create_timer(seconds, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        node.destroy_timer(timer)
+
+
+async def await_worker(node: Node, work: Callable[[], Any], *, every: Callable[[], None] = lambda: None,
+                       period_s: float = 0.05) -> Any:
+    """Run the blocking `work` in a worker thread and return what it returns (or raise what
+    it raises), from a coroutine callback (an action's execute): the executor thread stays
+    free to deliver messages, timers and service responses meanwhile. `every` runs in the
+    executor thread each period while the worker runs, and once after (relay feedback,
+    pass on a cancel).
+
+    Why not a MultiThreadedExecutor: rclpy's took a whole core here to deliver 39 of 500
+    joint states a second, where one executor thread delivered all of them with 13-23 %
+    (`python bench/executor_cost.py`)."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the coroutine
+            outcome["error"] = error
+    worker = threading.Thread(target=target, name=f"{node.get_name()}_worker", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        every()
+        await sleep(node, period_s)
+    every()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def run_node(node_class: type[Node], args=None, *, executor: Callable[[], Any] | None = None) -> None:
