@@ -1,0 +1,65 @@
+"""The scoring's pure parts on hand-built values: failure modes, the command-to-motion
+latency of a known delay, a round's summary. Whole trials (bags recorded through the
+runner, replayed in a twin) are scored in test/test_cli_live.py::test_validate_run."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from twinloop_validation.scoring import (FAILURE_MODES, BoxGoal, TrialScore, ValidationError, classify,
+                                         command_latency_s, summarize)
+
+GOAL = BoxGoal((0.45, -0.05), 0.015)
+START = np.array([0.45, 0.10, 0.775])  # 15 cm from the goal along -y
+
+
+@pytest.mark.parametrize("end, lift, faulted, mode", [
+    ((0.455, -0.045), 0.05, False, "success"),  # 7 mm from the goal
+    ((0.455, -0.045), 0.05, True, "fault"),  # the monitor's fault wins
+    ((0.451, 0.095), 0.002, False, "miss"),  # never lifted, moved 5 mm
+    ((0.451, 0.095), 0.03, False, "slip"),  # lifted, dropped where it was
+    ((0.45, 0.02), 0.05, False, "slip"),  # dropped 7 cm short
+    ((0.45, -0.09), 0.05, False, "overshoot"),  # 4 cm beyond
+    ((0.50, -0.05), 0.05, False, "off_target"),  # 5 cm beside
+])
+def test_failure_modes_on_hand_built_ends(end, lift, faulted, mode):
+    assert classify(GOAL, START, np.array([*end, 0.775]), lift, faulted) == mode
+
+
+def test_latency_of_a_known_delay():
+    """A first-order lag behind a minimum-jerk-like command: the shift found is the dead time
+    plus the lag's time constant (what a user sees), here 30 ms + 20 ms, to 4 ms."""
+    dt = 0.002
+    t = np.arange(0.0, 3.0, dt)
+    command = np.stack([0.3 * np.sin(2.0 * t), 0.2 * np.cos(1.3 * t)], axis=1)
+    delayed = np.stack([np.interp(t - 0.030, t, command[:, j]) for j in range(2)], axis=1)
+    measured = np.empty_like(delayed)
+    measured[0] = delayed[0]
+    for k in range(1, len(t)):  # first order, tau 20 ms
+        measured[k] = measured[k - 1] + dt / 0.020 * (delayed[k] - measured[k - 1])
+    latency = command_latency_s(t, measured, t, command)
+    assert abs(latency - 0.050) <= 0.004, latency
+    assert np.isnan(command_latency_s(t, measured, t[:1], command[:1]))  # no commands: nothing to measure
+
+
+def _score(real: bool, twin: bool, mode: str, box_error: float, rejected: int = 0) -> TrialScore:
+    return TrialScore(bag="b", real_success=real, twin_success=twin, failure_mode=mode, box_start_xy=(0.45, 0.1),
+                      real_box_end_xy=(0.45, -0.05), twin_box_end_xy=(0.45, -0.05), box_end_error_m=box_error,
+                      joint_rmse_rad={"panda_joint1": 0.01, "panda_finger_joint1": 0.5}, end_effector_rmse_m=0.004,
+                      command_latency_s=0.05, envelope_rejected=rejected, envelope_fault="")
+
+
+def test_a_round_summary_counts_and_intervals():
+    scores = [_score(True, True, "success", 0.002), _score(False, True, "slip", 0.09, rejected=2),
+              _score(True, False, "success", 0.03), _score(True, True, "success", 0.004)]
+    summary = summarize(scores)
+    assert (summary.trials, summary.real_successes, summary.twin_successes) == (4, 3, 3)
+    assert summary.real_rate == 0.75 and summary.agreement == 0.5
+    # Wilson 95 % for 3 of 4: centre (0.75 + z²/8) / (1 + z²/4) = 0.6275, half-width 0.3269
+    assert summary.real_interval == pytest.approx((0.3006, 0.9544), abs=1e-4)
+    assert summary.failure_modes == {**dict.fromkeys(FAILURE_MODES, 0), "success": 3, "slip": 1}
+    assert summary.box_end_error_m == pytest.approx({"median": 0.017, "max": 0.09})
+    assert summary.worst_joint_rmse_rad["max"] == 0.01  # the fingers are not arm joints
+    assert summary.envelope_rejected == 2
+    with pytest.raises(ValidationError, match="no trials"):
+        summarize([])

@@ -1,0 +1,284 @@
+"""Held-out trials scored against the twin: what the real cell did, what the twin predicts.
+
+Pure Python (no rclpy). A trial is one bag the policy runner recorded with split
+`held_out` (the trial profile: joint states, commands, the box tracker's pose, the envelope
+monitor's status). Scoring reads only what a real cell records:
+
+- **Real outcome** from the box tracker (`/twinloop/perception/box_pose`): the box's start
+  (median of the first `window_s` of poses) and end (median of the last), judged by the
+  policy's own test (within `goal_radius_m` of `goal_box_xy`), as the runner judges it.
+- **Twin prediction**: the trial replayed in the twin version (twinloop_sim.replay: same
+  initial joint state, the recorded commands at the times they took effect, the box put
+  where the tracker first saw it): the box's end in the twin, judged by the same test.
+- **Errors**: per-joint and end-effector RMSE of the replay, the box's end in the twin
+  against the tracker's, the command-to-motion latency (the shift of the measured arm
+  positions that best matches the commanded targets), envelope interventions (commands
+  the monitor rejected, a fault).
+- **Failure mode**: success; `fault` (the monitor faulted); `miss` (the box never left the
+  table and did not move: no grasp); `slip` (it moved toward the goal but ended short);
+  `overshoot` (it ended beyond the goal); `off_target` (beside it).
+
+A simulator's ground-truth box topic, where a bag has one, is never read here (tests use it
+to score the tracker).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from twinloop_logging.bag_reader import BagError, open_bag
+from twinloop_twin.contract import TRACKED_BOX_POSE_TOPIC
+from twinloop_twin.statistics import wilson_interval
+
+ENVELOPE_STATUS_TOPIC = "/twinloop/envelope/status"
+STATE_FAULT = 2  # twinloop_interfaces/EnvelopeStatus
+FAILURE_MODES = ("success", "fault", "miss", "slip", "overshoot", "off_target")
+LIFT_M = 0.01  # the box's height above its start that counts as lifted
+MOVED_M = 0.02  # a box that moved less (and was not lifted) was never grasped
+
+
+class ValidationError(ValueError):
+    """A bag or a setting cannot be scored; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class BoxGoal:
+    xy: tuple[float, float]
+    radius_m: float
+
+    def reached(self, xy: Sequence[float]) -> bool:
+        return bool(np.hypot(xy[0] - self.xy[0], xy[1] - self.xy[1]) <= self.radius_m)
+
+
+@dataclass(frozen=True)
+class TrackedBox:
+    """The box as the tracker reported it during one trial (s from the first joint state)."""
+
+    t: np.ndarray
+    xyz: np.ndarray  # (N, 3)
+
+    def start(self, window_s: float) -> np.ndarray:
+        return np.median(self.xyz[self.t <= self.t[0] + window_s], axis=0)
+
+    def end(self, window_s: float) -> np.ndarray:
+        return np.median(self.xyz[self.t >= self.t[-1] - window_s], axis=0)
+
+
+@dataclass(frozen=True)
+class EnvelopeRecord:
+    faulted: bool
+    fault_reason: str
+    commands_rejected: int  # during the trial
+
+
+@dataclass(frozen=True)
+class TrialScore:
+    bag: str
+    real_success: bool
+    twin_success: bool
+    failure_mode: str
+    box_start_xy: tuple[float, float]  # the tracker's
+    real_box_end_xy: tuple[float, float]  # the tracker's
+    twin_box_end_xy: tuple[float, float]  # the replay's
+    box_end_error_m: float  # twin vs tracker, in the table plane
+    joint_rmse_rad: dict[str, float]
+    end_effector_rmse_m: float
+    command_latency_s: float
+    envelope_rejected: int
+    envelope_fault: str  # '' when none
+
+
+def read_tracked_box(bag, start_ns: int, topic: str = TRACKED_BOX_POSE_TOPIC) -> TrackedBox:
+    if topic not in bag.topics or bag.topics[topic].count == 0:
+        raise ValidationError(f"{bag.path} has no {topic}: run the box tracker while trials are recorded (the "
+                              "trial profile records it); a trial's outcome is judged by it")
+    t, xyz = [], []
+    for message in bag.messages([topic]):
+        stamp = message.msg.header.stamp
+        p = message.msg.pose.pose.position
+        t.append((stamp.sec * 1_000_000_000 + stamp.nanosec - start_ns) * 1e-9)
+        xyz.append((p.x, p.y, p.z))
+    order = np.argsort(t)
+    return TrackedBox(np.asarray(t)[order], np.asarray(xyz, dtype=float)[order])
+
+
+def read_envelope(bag) -> EnvelopeRecord:
+    """Fault and rejected commands from the monitor's latched status during the trial."""
+    if ENVELOPE_STATUS_TOPIC not in bag.topics:
+        return EnvelopeRecord(False, "", 0)
+    statuses = [m.msg for m in bag.messages([ENVELOPE_STATUS_TOPIC])]
+    fault = next((s for s in statuses if s.state == STATE_FAULT), None)
+    rejected = [int(s.commands_rejected) for s in statuses]
+    return EnvelopeRecord(fault is not None, fault.reason if fault is not None else "",
+                          (max(rejected) - min(rejected)) if rejected else 0)
+
+
+def command_latency_s(state_t: np.ndarray, measured: np.ndarray, command_t: np.ndarray, commanded: np.ndarray,
+                      max_lag_s: float = 0.3, step_s: float = 0.002) -> float:
+    """The delay of the measured positions behind the commanded targets: the shift that
+    minimises their mean squared difference over the moving part of the trial (arm
+    joints). It includes the controller's tracking lag, as a user feels it."""
+    if len(command_t) < 2:
+        return float("nan")
+    lags = np.arange(0.0, max_lag_s + 1e-9, step_s)
+    inside = (state_t >= command_t[0] + max_lag_s) & (state_t <= command_t[-1])
+    if inside.sum() < 10:
+        return float("nan")
+    t = state_t[inside]
+    q = measured[inside]
+
+    def cost(lag: float) -> float:
+        shifted = np.stack([np.interp(t - lag, command_t, commanded[:, j]) for j in range(commanded.shape[1])], axis=1)
+        return float(np.mean((shifted - q) ** 2))
+    return float(lags[int(np.argmin([cost(lag) for lag in lags]))])
+
+
+def classify(goal: BoxGoal, start: np.ndarray, end: np.ndarray, peak_lift_m: float, faulted: bool) -> str:
+    if faulted:
+        return "fault"
+    if goal.reached(end):
+        return "success"
+    moved = float(np.hypot(*(end[:2] - start[:2])))
+    if peak_lift_m < LIFT_M and moved < MOVED_M:
+        return "miss"
+    to_goal = np.asarray(goal.xy) - start[:2]
+    distance = float(np.linalg.norm(to_goal))
+    along = float(np.dot(end[:2] - start[:2], to_goal / distance)) if distance > 0 else 0.0
+    across = float(abs(np.cross(to_goal / distance, end[:2] - start[:2]))) if distance > 0 else moved
+    if across > goal.radius_m:
+        return "off_target"
+    return "overshoot" if along > distance else "slip"
+
+
+@dataclass
+class TrialScorer:
+    """Scores trial bags of one policy against one twin version (loaded once)."""
+
+    twin_path: Path
+    goal: BoxGoal
+    window_s: float = 0.3
+    _sim: object = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        from twinloop_sim.workcell_sim import WorkcellSimulation
+        from twinloop_twin.bundle import load_twin
+        from twinloop_twin.kinematics import UrdfTransforms
+        from twinloop_twin.nominal import load_scene, load_twin_workcell
+
+        twin = load_twin(Path(self.twin_path))
+        workcell = load_twin_workcell(twin)
+        self.twin_label = f"{twin.workcell}/v{twin.version}"
+        self._sim = WorkcellSimulation(workcell, model=load_scene(twin))
+        self._kinematics = UrdfTransforms(workcell.urdf_xml)
+        self._rest_z = float(self._sim.box_qpos()[2])
+
+    def score(self, bag_path: Path | str) -> TrialScore:
+        from twinloop_sim.replay import ReplayError, load_recorded_run, replay
+
+        bag_path = Path(bag_path)
+        try:
+            with open_bag(bag_path) as bag:
+                session = bag.session
+                if session is None or session.split != "held_out":
+                    split = session.split if session is not None else "no session metadata"
+                    raise ValidationError(f"{bag_path} was recorded with split '{split}': validation judges only "
+                                          "held-out trials (record them with `twinloop validate run`, or "
+                                          "`twinloop trials --split held_out`)")
+                start_ns = int(bag.joint_states("/joint_states").stamps_ns[0])
+                box = read_tracked_box(bag, start_ns)
+                envelope = read_envelope(bag)
+            run = load_recorded_run(bag_path, list(self._sim.commandable_joints))
+        except (BagError, ReplayError) as error:
+            raise ValidationError(str(error)) from error
+        start, end = box.start(self.window_s), box.end(self.window_s)
+        # The twin's box starts where the tracker first saw it, resting on the twin's table.
+        run.box_t, run.box_xyz = np.array([0.0]), np.array([[start[0], start[1], self._rest_z]])
+        result = replay(run, self._sim, self._kinematics)
+        twin_end = result.twin_box_xyz[-1]
+        arm = [j for j in result.joint_names if not j.startswith("panda_finger")]
+        columns = [run.joint_names.index(j) for j in arm]
+        command_t = np.array([t for t, targets in run.commands if all(j in targets for j in arm)])
+        commanded = np.array([[targets[j] for j in arm] for _, targets in run.commands if all(j in targets for j in arm)])
+        latency = command_latency_s(run.state_t, run.state_q[:, columns], command_t,
+                                    commanded.reshape(len(command_t), len(arm)))
+        real_success = self.goal.reached(end) and not envelope.faulted
+        return TrialScore(
+            bag=str(bag_path), real_success=real_success, twin_success=self.goal.reached(twin_end),
+            failure_mode=classify(self.goal, start, end, float(box.xyz[:, 2].max() - start[2]), envelope.faulted),
+            box_start_xy=(float(start[0]), float(start[1])), real_box_end_xy=(float(end[0]), float(end[1])),
+            twin_box_end_xy=(float(twin_end[0]), float(twin_end[1])),
+            box_end_error_m=float(np.hypot(*(twin_end[:2] - end[:2]))),
+            joint_rmse_rad={j: float(r) for j, r in zip(result.joint_names, result.joint_rmse_rad)},
+            end_effector_rmse_m=float(result.end_effector_rmse_m), command_latency_s=latency,
+            envelope_rejected=envelope.commands_rejected, envelope_fault=envelope.fault_reason)
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """One validation round: a policy's held-out trials against a twin version."""
+
+    trials: int
+    real_successes: int
+    real_rate: float
+    real_interval: tuple[float, float]  # Wilson 95 %
+    twin_successes: int
+    twin_rate: float
+    twin_interval: tuple[float, float]
+    agreement: float  # trials whose twin outcome equals the real one
+    failure_modes: dict[str, int]
+    box_end_error_m: dict[str, float]  # median, max
+    worst_joint_rmse_rad: dict[str, float]  # median, max over trials of the worst arm joint
+    end_effector_rmse_m: dict[str, float]
+    command_latency_s: float  # median
+    envelope_rejected: int
+    envelope_faults: int
+
+
+def summarize(scores: Sequence[TrialScore]) -> RoundSummary:
+    if not scores:
+        raise ValidationError("no trials to summarize")
+    n = len(scores)
+    real = sum(s.real_success for s in scores)
+    twin = sum(s.twin_success for s in scores)
+
+    def spread(values) -> dict[str, float]:
+        v = np.asarray(values, dtype=float)
+        return {"median": float(np.median(v)), "max": float(np.max(v))}
+    worst = [max(r for j, r in s.joint_rmse_rad.items() if not j.startswith("panda_finger")) for s in scores]
+    latencies = [s.command_latency_s for s in scores if np.isfinite(s.command_latency_s)]
+    return RoundSummary(
+        trials=n, real_successes=real, real_rate=real / n, real_interval=wilson_interval(real, n),
+        twin_successes=twin, twin_rate=twin / n, twin_interval=wilson_interval(twin, n),
+        agreement=sum(s.real_success == s.twin_success for s in scores) / n,
+        failure_modes={m: sum(s.failure_mode == m for s in scores) for m in FAILURE_MODES},
+        box_end_error_m=spread([s.box_end_error_m for s in scores]), worst_joint_rmse_rad=spread(worst),
+        end_effector_rmse_m=spread([s.end_effector_rmse_m for s in scores]),
+        command_latency_s=float(np.median(latencies)) if latencies else float("nan"),
+        envelope_rejected=sum(s.envelope_rejected for s in scores),
+        envelope_faults=sum(bool(s.envelope_fault) for s in scores))
+
+
+def report(scores: Sequence[TrialScore], summary: RoundSummary, **context) -> dict:
+    """Every number of the round, JSON-ready."""
+    return {**context, "summary": asdict(summary), "trials": [asdict(s) for s in scores]}
+
+
+def format_trial(index: int, score: TrialScore) -> str:
+    return (f"trial {index}: real {'success' if score.real_success else 'failure'} ({score.failure_mode}), twin "
+            f"{'success' if score.twin_success else 'failure'}; box end twin vs tracker "
+            f"{score.box_end_error_m * 100:.1f} cm; end-effector RMSE {score.end_effector_rmse_m * 1e3:.1f} mm; "
+            f"latency {score.command_latency_s * 1e3:.0f} ms; {score.envelope_rejected} rejected"
+            + (f"; fault: {score.envelope_fault}" if score.envelope_fault else ""))
+
+
+def format_summary(summary: RoundSummary) -> str:
+    lo, hi = summary.real_interval
+    tlo, thi = summary.twin_interval
+    return (f"real success {summary.real_successes}/{summary.trials} ({summary.real_rate:.0%}, 95 % CI "
+            f"{lo:.0%}-{hi:.0%}); twin predicts {summary.twin_successes}/{summary.trials} ({summary.twin_rate:.0%}, "
+            f"{tlo:.0%}-{thi:.0%}); outcomes agree in {summary.agreement:.0%}; box end error median "
+            f"{summary.box_end_error_m['median'] * 100:.1f} cm; failure modes "
+            + ", ".join(f"{m} {c}" for m, c in summary.failure_modes.items() if c))
