@@ -12,6 +12,7 @@ calibration against the URDF's camera mount, the twin versions on disk.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import signal
 import subprocess
@@ -282,8 +283,11 @@ def test_validate_run(stack):
     done = stack.run(readme("twinloop validate run carry_nominal --twin twins/emulated/v0 -n 2"), 400)
     assert done.returncode == 0, f"{done.stderr}\n{stack.logs()}"
     assert {"trial 1/2: running", "trial 2/2: running"} <= {line.split("] ", 1)[-1] for line in done.stderr.splitlines()}
-    report_path = stack.work / done.stdout.split("report: ", 1)[1].strip()
+    report_path = stack.work / done.stdout.split("report: ", 1)[1].split(" and ", 1)[0]
     report = json.loads(report_path.read_text())
+    page = (report_path.parent / "report.html").read_text()
+    # the figures, with plotly.js embedded: no script fetched from the network
+    assert page.count("Plotly.newPlot") >= 3 and not re.search(r"<script[^>]*\bsrc=", page)
     spec = load_policy_spec(stack.work / "carry_nominal")
     goal, radius = np.array(spec.goal_box_xy), spec.goal_radius_m
     assert report["twin"] == "emulated/v0" and len(report["trials"]) == 2
@@ -308,16 +312,22 @@ def test_validate_run(stack):
         assert trial["end_effector_rmse_m"] < 0.03
         assert 0.0 < trial["command_latency_s"] < 0.15
         assert trial["envelope_rejected"] == 0 and trial["envelope_fault"] == ""
+        with open_bag(stack.work / trial["replay_bag"]) as response:  # the twin's response, as a bag
+            twin_box = [m.msg.pose.position for m in response.messages(["/twinloop/sim/box_pose"])]
+        assert np.hypot(twin_box[-1].x - trial["twin_box_end_xy"][0], twin_box[-1].y - trial["twin_box_end_xy"][1]) < 0.01
     summary = report["summary"]
     assert summary["real_successes"] == sum(t["real_success"] for t in report["trials"])
     assert f"real success {summary['real_successes']}/2" in done.stdout
-    # An existing report is never overwritten; a missing bag is one line, exit 2.
-    output = report_path.relative_to(stack.work)
+    # Nothing is written into an existing round; a missing bag is one line, exit 2, and
+    # leaves no folder behind.
+    output = report_path.parent.relative_to(stack.work)
     again = stack.run(f"twinloop validate score carry_nominal --twin twins/emulated/v0 --output {output} "
                       f"{report['trials'][0]['bag']}")
     assert again.returncode == 2 and "exists" in one_error_line(again)
-    missing = stack.run("twinloop validate score carry_nominal --twin twins/emulated/v0 bags/no_such_trial")
+    missing = stack.run("twinloop validate score carry_nominal --twin twins/emulated/v0 --output validation/missing "
+                        "bags/no_such_trial")
     assert missing.returncode == 2 and "no_such_trial" in one_error_line(missing)
+    assert not (stack.work / "validation" / "missing").exists()
     assert json.loads(report_path.read_text()) == report
 
 

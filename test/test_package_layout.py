@@ -64,6 +64,7 @@ IMPORT_KEYS = {
     "pytest": "python3-pytest",
     "pinocchio": "pinocchio",
     "example_robot_data": "example-robot-data",
+    "plotly": "python3-plotly",
 }
 # Import name -> the pinned PyPI distribution in tools/requirements.txt (no rosdep key).
 PIP_ONLY = {

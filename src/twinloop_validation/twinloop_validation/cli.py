@@ -13,11 +13,14 @@ the failure mode, the twin's prediction (the trial replayed in TWIN, a twin vers
 folder such as twins/emulated/v1), the box's end in the twin against the tracker's, the
 replay's joint and end-effector RMSE, the command-to-motion latency, envelope
 interventions. Then the round: real and predicted success rates with 95 % intervals.
-Every number goes to a JSON file (default validation/<policy>-<workcell>-v<N>-<UTC
-time>.json; an existing file is never overwritten).
+The round goes to a new folder (default validation/<policy>-<workcell>-v<N>-<UTC time>;
+an existing one is never written into): report.json with every number, report.html (one
+self-contained page: the box's paths, success rates, real vs twin joint trajectories)
+and replays/ (the twin's response to each trial, as bags).
 
 Exit codes: 0 scored (whatever the success rate); 2 bad input (no such policy or twin, a
-bag that is not a held-out trial, no box tracker pose in a bag, an existing --output);
+bag that is not a held-out trial or that the twin was fit on, no box tracker pose in a
+bag, an existing --output);
 3 the runner is not running on this ROS_DOMAIN_ID or a node it needs is not ready; 4 the
 trials failed to run (the message says why); 130 cancelled by Ctrl-C.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -42,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     for command in (run, score):
         command.add_argument("policy", help="policy folder (policy.yaml + exported module)")
         command.add_argument("--twin", required=True, help="twin version folder, e.g. twins/emulated/v1")
-        command.add_argument("--output", default="", help="JSON report to write (default under validation/)")
+        command.add_argument("--output", default="", help="new folder of the round's report (default under "
+                             "validation/)")
     run.add_argument("-n", "--trials", type=int, default=5, help="number of held-out trials")
     run.add_argument("--runner", default="/policy_runner", help="node name of the policy runner")
     score.add_argument("bags", nargs="+", help="trial bags (split held_out)")
@@ -77,33 +82,43 @@ def _prepare(args):
     except (TwinError, OSError) as error:
         raise ValueError(f"twin {args.twin}: {error}; give a twin version folder such as twins/emulated/v0") from None
     output = Path(args.output) if args.output else Path("validation") / (
-        f"{spec.name}-{scorer.twin_label.replace('/', '-')}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
-    if output.exists():
-        raise ValueError(f"{output} exists; a report is never overwritten: give another --output")
+        f"{spec.name}-{scorer.twin_label.replace('/', '-')}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    if output.exists() or output.is_symlink():
+        raise ValueError(f"{output} exists; a round's report is never written into an existing folder: give "
+                         "another --output")
     return scorer, spec, output
 
 
 def _score(scorer, spec, bags: list[Path], output: Path) -> int:
     from twinloop_ros.command_line import Progress
+    from twinloop_validation.report_html import write_round_html
     from twinloop_validation.scoring import ValidationError, format_summary, format_trial, report, summarize
 
     progress = Progress()
+    try:
+        output.mkdir(parents=True)  # new: never into an earlier round's folder
+    except FileExistsError:
+        print(f"twinloop validate: error: {output} exists; give another --output", file=sys.stderr)
+        return EXIT_BAD_INPUT
     scores = []
-    for index, bag in enumerate(bags):
-        progress(f"scoring {bag} in twin {scorer.twin_label} ({index + 1}/{len(bags)})")
-        try:
-            scores.append(scorer.score(bag))
-        except ValidationError as error:
-            print(f"twinloop validate: error: {error}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        print(format_trial(index + 1, scores[-1]), flush=True)
+    try:
+        for index, bag in enumerate(bags):
+            progress(f"scoring {bag} in twin {scorer.twin_label} ({index + 1}/{len(bags)})")
+            scores.append(scorer.score(bag, replay_dir=output / "replays"))
+            print(format_trial(index + 1, scores[-1]), flush=True)
+    except ValidationError as error:
+        shutil.rmtree(output, ignore_errors=True)  # only this round's new folder
+        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     summary = summarize(scores)
-    print(format_summary(summary))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    body = report(scores, summary, policy=spec.policy_version, twin=scorer.twin_label, twin_path=str(scorer.twin_path))
-    with open(output, "x") as stream:  # never over an existing report
-        json.dump(body, stream, indent=1, allow_nan=True)
-    print(f"report: {output}")
+    line = format_summary(summary)
+    print(line)
+    body = report(scores, summary, policy=spec.policy_version, twin=scorer.twin_label, twin_path=str(scorer.twin_path),
+                  goal_box_xy=list(scorer.goal.xy), goal_radius_m=scorer.goal.radius_m, summary_line=line)
+    (output / "report.json").write_text(json.dumps(body, indent=1, allow_nan=True))
+    progress("writing the HTML page")
+    write_round_html(output)
+    print(f"report: {output / 'report.json'} and {output / 'report.html'}")
     return 0
 
 

@@ -89,6 +89,7 @@ class TrialScore:
     command_latency_s: float
     envelope_rejected: int
     envelope_fault: str  # '' when none
+    replay_bag: str = ""  # the twin's response, where the scoring wrote one
 
 
 def read_tracked_box(bag, start_ns: int, topic: str = TRACKED_BOX_POSE_TOPIC) -> TrackedBox:
@@ -171,14 +172,22 @@ class TrialScorer:
         twin = load_twin(Path(self.twin_path))
         workcell = load_twin_workcell(twin)
         self.twin_label = f"{twin.workcell}/v{twin.version}"
+        self.twin_version = twin.version
+        self._fit_bags = {bag.sha256 for bag in twin.manifest.provenance.source_bags}
         self._sim = WorkcellSimulation(workcell, model=load_scene(twin))
         self._kinematics = UrdfTransforms(workcell.urdf_xml)
         self._rest_z = float(self._sim.box_qpos()[2])
 
-    def score(self, bag_path: Path | str) -> TrialScore:
-        from twinloop_sim.replay import ReplayError, load_recorded_run, replay
+    def score(self, bag_path: Path | str, replay_dir: Path | None = None) -> TrialScore:
+        """Score one trial bag; with `replay_dir`, also write the twin's response there as a
+        bag (twinloop_sim.replay.write_replay_bag), which the HTML report plots."""
+        from twinloop_builder.recording import bag_sha256
+        from twinloop_sim.replay import ReplayError, load_recorded_run, replay, response_bag_path, write_replay_bag
 
         bag_path = Path(bag_path)
+        if bag_path.exists() and bag_sha256(bag_path) in self._fit_bags:
+            raise ValidationError(f"{bag_path} is a recording twin {self.twin_label} was fit on: a twin is judged on "
+                                  "trials it has not seen; record new held-out trials")
         try:
             with open_bag(bag_path) as bag:
                 session = bag.session
@@ -197,6 +206,13 @@ class TrialScorer:
         # The twin's box starts where the tracker first saw it, resting on the twin's table.
         run.box_t, run.box_xyz = np.array([0.0]), np.array([[start[0], start[1], self._rest_z]])
         result = replay(run, self._sim, self._kinematics)
+        response = ""
+        if replay_dir is not None:
+            try:
+                response = str(write_replay_bag(response_bag_path(replay_dir, bag_path, self.twin_version), run,
+                                                result, every=5))
+            except ReplayError as error:
+                raise ValidationError(str(error)) from error
         twin_end = result.twin_box_xyz[-1]
         arm = [j for j in result.joint_names if not j.startswith("panda_finger")]
         columns = [run.joint_names.index(j) for j in arm]
@@ -213,7 +229,7 @@ class TrialScorer:
             box_end_error_m=float(np.hypot(*(twin_end[:2] - end[:2]))),
             joint_rmse_rad={j: float(r) for j, r in zip(result.joint_names, result.joint_rmse_rad)},
             end_effector_rmse_m=float(result.end_effector_rmse_m), command_latency_s=latency,
-            envelope_rejected=envelope.commands_rejected, envelope_fault=envelope.fault_reason)
+            envelope_rejected=envelope.commands_rejected, envelope_fault=envelope.fault_reason, replay_bag=response)
 
 
 @dataclass(frozen=True)
