@@ -3,11 +3,14 @@ latency of a known delay, a round's summary. Whole trials (bags recorded through
 runner, replayed in a twin) are scored in test/test_cli_live.py::test_validate_run."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from twinloop_validation.cli import main
 from twinloop_validation.scoring import (FAILURE_MODES, BoxGoal, TrialScore, ValidationError, classify,
-                                         command_latency_s, summarize)
+                                         command_latency_s, compare_rounds, summarize)
 
 GOAL = BoxGoal((0.45, -0.05), 0.015)
 START = np.array([0.45, 0.10, 0.775])  # 15 cm from the goal along -y
@@ -63,3 +66,31 @@ def test_a_round_summary_counts_and_intervals():
     assert summary.envelope_rejected == 2
     with pytest.raises(ValidationError, match="no trials"):
         summarize([])
+
+
+def _round(folder, policy: str, real: float, twin: float, twin_version: str = "emulated/v1"):
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps(
+        {"policy": policy, "twin": twin_version, "summary": {"real_rate": real, "twin_rate": twin}}))
+    return folder
+
+
+def test_compare_policies_pearson_and_mmrv(tmp_path, capsys):
+    """Three policies: the twin ranks them as the cell does (MMRV 0) and tracks them (r from
+    numpy's corrcoef); one pair swapped costs the real gap of that pair."""
+    rounds = [_round(tmp_path / p, p, r, t) for p, r, t in
+              (("carry_posterior@1", 0.9, 0.8), ("carry_wide@1", 0.5, 0.6), ("carry_nominal@1", 0.2, 0.1))]
+    comparison = compare_rounds([json.loads((r / "report.json").read_text()) for r in rounds])
+    assert comparison.mmrv == 0.0
+    assert comparison.pearson_r == pytest.approx(np.corrcoef([0.9, 0.5, 0.2], [0.8, 0.6, 0.1])[0, 1], abs=1e-12)
+    swapped = compare_rounds([{"policy": "a", "twin": "t", "summary": {"real_rate": 0.9, "twin_rate": 0.5}},
+                              {"policy": "b", "twin": "t", "summary": {"real_rate": 0.5, "twin_rate": 0.8}}])
+    assert swapped.mmrv == pytest.approx(0.4)  # each policy's worst violation is the 0.4 gap
+    assert main(["compare", *map(str, rounds)]) == 0
+    assert "MMRV 0.000" in capsys.readouterr().out
+    # Rounds against two twins, one round, a folder without a report: one line, exit 2.
+    other = _round(tmp_path / "other", "carry_oracle@1", 1.0, 1.0, twin_version="emulated/v2")
+    for args, message in (([rounds[0], other], "different twins"), ([rounds[0]], "at least two"),
+                          ([rounds[0], tmp_path], "no readable report.json")):
+        assert main(["compare", *map(str, args)]) == 2
+        assert message in capsys.readouterr().err

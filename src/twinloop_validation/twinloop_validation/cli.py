@@ -2,6 +2,7 @@
 
     twinloop validate run POLICY --twin TWIN [-n 5] [--output FILE]
     twinloop validate score POLICY --twin TWIN BAG [BAG ...] [--output FILE]
+    twinloop validate compare ROUND ROUND [ROUND ...]
 
 `run` sends N trials of the policy folder to the running policy runner (as `twinloop
 trials run`: recorded with the trial profile, split held_out, through the envelope
@@ -17,6 +18,10 @@ The round goes to a new folder (default validation/<policy>-<workcell>-v<N>-<UTC
 an existing one is never written into): report.json with every number, report.html (one
 self-contained page: the box's paths, success rates, real vs twin joint trajectories)
 and replays/ (the twin's response to each trial, as bags).
+
+`compare` reads the rounds of several policies against one twin (their report.json) and
+says how well the twin's predicted success tracks and ranks the real one, as SIMPLER and
+SimFoundry report it: Pearson r and the Mean Maximum Rank Violation (MMRV).
 
 Exit codes: 0 scored (whatever the success rate); 2 bad input (no such policy or twin, a
 bag that is not a held-out trial or that the twin was fit on, no box tracker pose in a
@@ -51,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-n", "--trials", type=int, default=5, help="number of held-out trials")
     run.add_argument("--runner", default="/policy_runner", help="node name of the policy runner")
     score.add_argument("bags", nargs="+", help="trial bags (split held_out)")
+    compare = commands.add_parser("compare", help="sim-vs-real agreement over several policies' rounds")
+    compare.add_argument("rounds", nargs="+", help="round folders (each with its report.json)")
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        return _compare([Path(r) for r in args.rounds])
     if args.command == "run" and args.trials < 1:
         parser.error(f"-n {args.trials}: give at least one trial")
     try:
@@ -62,6 +71,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "score":
         return _score(scorer, spec, [Path(b) for b in args.bags], output)
     return _run(args, scorer, spec, output)
+
+
+def _compare(rounds: list[Path]) -> int:
+    from dataclasses import asdict
+
+    from twinloop_validation.scoring import ValidationError, compare_rounds, format_comparison
+
+    try:
+        reports = []
+        for folder in rounds:
+            try:
+                reports.append(json.loads((folder / "report.json").read_text()))
+            except (OSError, ValueError) as error:
+                raise ValidationError(f"{folder}: no readable report.json ({error}); give the folders "
+                                      "`twinloop validate run|score` wrote") from None
+        comparison = compare_rounds(reports)
+    except ValidationError as error:
+        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(format_comparison(comparison))
+    print(json.dumps(asdict(comparison)))
+    return 0
 
 
 def _prepare(args):

@@ -298,3 +298,43 @@ def format_summary(summary: RoundSummary) -> str:
             f"{tlo:.0%}-{thi:.0%}); outcomes agree in {summary.agreement:.0%}; box end error median "
             f"{summary.box_end_error_m['median'] * 100:.1f} cm; failure modes "
             + ", ".join(f"{m} {c}" for m, c in summary.failure_modes.items() if c))
+
+
+@dataclass(frozen=True)
+class PolicyComparison:
+    """Several policies' rounds against one twin: does the twin rank and track them as the cell does?"""
+
+    twin: str
+    policies: list[str]
+    real_rates: list[float]
+    twin_rates: list[float]
+    pearson_r: float  # NaN when either side is constant
+    mmrv: float  # 0: the twin ranks every pair as the cell does
+
+
+def compare_rounds(reports: Sequence[dict]) -> PolicyComparison:
+    """From rounds' report.json contents (one per policy, all against the same twin)."""
+    from twinloop_twin.statistics import sim_real_agreement
+
+    if len(reports) < 2:
+        raise ValidationError(f"{len(reports)} round(s): compare needs the rounds of at least two policies")
+    twins = sorted({r["twin"] for r in reports})
+    if len(twins) != 1:
+        raise ValidationError(f"the rounds were scored against different twins {twins}: compare policies against "
+                              "one twin version (score the bags again with `twinloop validate score --twin`)")
+    policies = [r["policy"] for r in reports]
+    if len(set(policies)) != len(policies):
+        raise ValidationError(f"policies {policies} appear more than once: give one round per policy")
+    real = [r["summary"]["real_rate"] for r in reports]
+    twin = [r["summary"]["twin_rate"] for r in reports]
+    agreement = sim_real_agreement(real, twin)
+    return PolicyComparison(twins[0], policies, real, twin, agreement.pearson_r, agreement.mmrv)
+
+
+def format_comparison(comparison: PolicyComparison) -> str:
+    lines = [f"{p}: real {r:.0%}, twin {t:.0%}" for p, r, t in
+             zip(comparison.policies, comparison.real_rates, comparison.twin_rates)]
+    lines.append(f"twin {comparison.twin} against the cell over {len(comparison.policies)} policies: Pearson r "
+                 f"{comparison.pearson_r:.2f}" + (" (one side constant: undefined)" if np.isnan(comparison.pearson_r)
+                                                  else "") + f", MMRV {comparison.mmrv:.3f}")
+    return "\n".join(lines)
