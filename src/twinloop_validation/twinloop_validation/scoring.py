@@ -186,7 +186,7 @@ class TrialScorer:
 
         bag_path = Path(bag_path)
         if bag_path.exists() and bag_sha256(bag_path) in self._fit_bags:
-            raise ValidationError(f"{bag_path} is a recording twin {self.twin_label} was fit on: a twin is judged on "
+            raise ValidationError(f"{bag_path} is a recording twin {self.twin_label} was built from (its provenance): a twin is judged on "
                                   "trials it has not seen; record new held-out trials")
         try:
             with open_bag(bag_path) as bag:
