@@ -329,6 +329,31 @@ def test_validate_run(stack):
     assert missing.returncode == 2 and "no_such_trial" in one_error_line(missing)
     assert not (stack.work / "validation" / "missing").exists()
     assert json.loads(report_path.read_text()) == report
+    assert report["summary"]["staleness"]["stale"] is None  # v0 identified nothing: no uncertainty to check
+    _staleness_of_a_changed_cell(stack, [t["bag"] for t in report["trials"]])
+
+
+def _staleness_of_a_changed_cell(stack, bags: list[str]) -> None:
+    """The same trials against two twins with a 3 % uncertainty: one of the cell's own physics
+    (current), one of another drawn physics, as after a change of the cell (stale)."""
+    import json
+
+    from twinloop_twin.nominal import build_twin_from_physics
+    from twinloop_twin.truth_draw import draw_truth, truth_yaml
+
+    other = stack.work / "truth_seed3.yaml"
+    other.write_text(truth_yaml(draw_truth(load_physics(default_config_dir() / "nominal_physics.yaml"), 3), seed=3))
+    verdicts = {}
+    for name, physics in (("current", default_config_dir() / "emulated_truth.yaml"), ("changed", other)):
+        twin = build_twin_from_physics(stack.work / "twins", "emulated", physics, created_by="test", source="identified",
+                                       note=f"{name}: {physics.name}, 3 % std", measured_std_fraction=0.03)
+        done = stack.run(f"twinloop validate score carry_nominal --twin {twin.path} --output validation/{name} "
+                         + " ".join(bags), 300)
+        assert done.returncode == 0, done.stderr
+        verdicts[name] = json.loads((stack.work / "validation" / name / "report.json").read_text())["summary"]["staleness"]
+        print(name, verdicts[name]["evidence"])
+    assert verdicts["current"]["stale"] is False and verdicts["current"]["median_z"] < 1.5
+    assert verdicts["changed"]["stale"] is True and verdicts["changed"]["median_z"] > 6.0
 
 
 @pytest.mark.usefixtures("monitor_cleared")

@@ -157,9 +157,16 @@ def _twin_contents(physics_path: Path, *, source: str, config_dir: Path | None,
 def build_twin_from_physics(root: Path, workcell_name: str, physics_path: Path, *, created_by: str,
                             source: str, note: str, version: int | None = None,
                             parent_version: int | None = None, config_dir: Path | None = None,
-                            urdf_path: Path | None = None) -> TwinBundle:
-    """A twin whose physics are a given hypothesis file (v0 from the nominal one)."""
+                            urdf_path: Path | None = None, measured_std_fraction: float | None = None) -> TwinBundle:
+    """A twin whose physics are a given hypothesis file (v0 from the nominal one).
+
+    `measured_std_fraction`: every parameter marked identified, with this fraction of its
+    mean as its std (a twin of known physics and stated uncertainty, for tests and
+    benchmarks that score a stage against it)."""
     files, parameters = _twin_contents(physics_path, source=source, config_dir=config_dir, urdf_path=urdf_path)
+    if measured_std_fraction is not None:
+        parameters = ParameterSet({n: Parameter(p.mean, measured_std_fraction * abs(p.mean), True, p.unit, source)
+                                   for n, p in parameters.items()})
     provenance = Provenance(created_by=created_by, parent_version=parent_version, note=note)
     return write_twin_version(root, workcell_name, parameters=parameters,
                               provenance=provenance, files=files, version=version)

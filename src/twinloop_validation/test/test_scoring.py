@@ -3,14 +3,16 @@ latency of a known delay, a round's summary. Whole trials (bags recorded through
 runner, replayed in a twin) are scored in test/test_cli_live.py::test_validate_run."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
+from twinloop_validation import cli
 from twinloop_validation.cli import main
-from twinloop_validation.scoring import (FAILURE_MODES, BoxGoal, TrialScore, ValidationError, classify,
-                                         command_latency_s, compare_rounds, summarize)
+from twinloop_validation.scoring import (FAILURE_MODES, STALE_Z, BoxGoal, TrialScore, ValidationError, classify,
+                                         command_latency_s, compare_rounds, staleness_verdict, summarize)
 
 GOAL = BoxGoal((0.45, -0.05), 0.015)
 START = np.array([0.45, 0.10, 0.775])  # 15 cm from the goal along -y
@@ -94,3 +96,19 @@ def test_compare_policies_pearson_and_mmrv(tmp_path, capsys):
                           ([rounds[0], tmp_path], "no readable report.json")):
         assert main(["compare", *map(str, args)]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_staleness_verdict_from_the_trials_z():
+    """The round's median z against the threshold; the evidence names the worst joint."""
+    def checked(z: float, observed: float) -> TrialScore:
+        score = _score(True, True, "success", 0.002)
+        return dataclasses.replace(score, staleness_z=z, joint_rmse_rad={"panda_joint2": observed},
+                                   predicted_spread_rad={"panda_joint2": observed / z})
+    current = staleness_verdict([checked(0.4, 0.0008), checked(0.9, 0.0018), checked(5.0, 0.01)])
+    assert current["stale"] is False and current["median_z"] == 0.9
+    stale = staleness_verdict([checked(4.0, 0.02), checked(7.0, 0.035), checked(2.0, 0.01)])
+    assert stale["stale"] is True and stale["median_z"] == 4.0
+    assert "35.0 mrad observed against 5.0 mrad" in stale["evidence"]
+    unknown = staleness_verdict([_score(True, True, "success", 0.002)])
+    assert unknown["stale"] is None and "no identified uncertainty" in unknown["evidence"]
+    assert cli.STALE_Z == STALE_Z

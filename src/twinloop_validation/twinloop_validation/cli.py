@@ -13,7 +13,10 @@ Per trial: the real outcome from the box tracker's pose (the policy's own goal t
 the failure mode, the twin's prediction (the trial replayed in TWIN, a twin version
 folder such as twins/emulated/v1), the box's end in the twin against the tracker's, the
 replay's joint and end-effector RMSE, the command-to-motion latency, envelope
-interventions. Then the round: real and predicted success rates with 95 % intervals.
+interventions, and the staleness z (the trial's replay error against the spread of
+replays under `--draws` samples of the twin's identified uncertainty). Then the round:
+real and predicted success rates with 95 % intervals, and whether the twin is stale (median
+z above `--stale-z`).
 The round goes to a new folder (default validation/<policy>-<workcell>-v<N>-<UTC time>;
 an existing one is never written into): report.json with every number, report.html (one
 self-contained page: the box's paths, success rates, real vs twin joint trajectories)
@@ -40,6 +43,7 @@ import time
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
+STALE_Z = 3.0  # twinloop_validation.scoring.STALE_Z (not imported here: --help stays quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--twin", required=True, help="twin version folder, e.g. twins/emulated/v1")
         command.add_argument("--output", default="", help="new folder of the round's report (default under "
                              "validation/)")
+        command.add_argument("--draws", type=int, default=8, help="posterior samples per trial for the staleness "
+                             "check (0: no check)")
+        command.add_argument("--stale-z", type=float, default=STALE_Z, help="a round whose median z is above this "
+                             "marks the twin stale")
     run.add_argument("-n", "--trials", type=int, default=5, help="number of held-out trials")
     run.add_argument("--runner", default="/policy_runner", help="node name of the policy runner")
     score.add_argument("bags", nargs="+", help="trial bags (split held_out)")
@@ -61,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "compare":
         return _compare([Path(r) for r in args.rounds])
+    if args.draws < 0 or not args.stale_z > 0:
+        parser.error(f"--draws {args.draws} / --stale-z {args.stale_z}: give draws >= 0 and a z above 0")
     if args.command == "run" and args.trials < 1:
         parser.error(f"-n {args.trials}: give at least one trial")
     try:
@@ -69,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"twinloop validate: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.command == "score":
-        return _score(scorer, spec, [Path(b) for b in args.bags], output)
+        return _score(scorer, spec, [Path(b) for b in args.bags], output, args.stale_z)
     return _run(args, scorer, spec, output)
 
 
@@ -109,7 +119,7 @@ def _prepare(args):
         raise ValueError(f"policy {spec.policy_version} has no box goal (trial.goal_box_xy): validation scores "
                          "policies whose trials move the box to a goal")
     try:
-        scorer = TrialScorer(Path(args.twin), BoxGoal(tuple(spec.goal_box_xy), spec.goal_radius_m))
+        scorer = TrialScorer(Path(args.twin), BoxGoal(tuple(spec.goal_box_xy), spec.goal_radius_m), draws=args.draws)
     except (TwinError, OSError) as error:
         raise ValueError(f"twin {args.twin}: {error}; give a twin version folder such as twins/emulated/v0") from None
     output = Path(args.output) if args.output else Path("validation") / (
@@ -120,7 +130,7 @@ def _prepare(args):
     return scorer, spec, output
 
 
-def _score(scorer, spec, bags: list[Path], output: Path) -> int:
+def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float) -> int:
     from twinloop_ros.command_line import Progress
     from twinloop_validation.report_html import write_round_html
     from twinloop_validation.scoring import ValidationError, format_summary, format_trial, report, summarize
@@ -141,7 +151,7 @@ def _score(scorer, spec, bags: list[Path], output: Path) -> int:
         shutil.rmtree(output, ignore_errors=True)  # only this round's new folder
         print(f"twinloop validate: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    summary = summarize(scores)
+    summary = summarize(scores, stale_z)
     line = format_summary(summary)
     print(line)
     body = report(scores, summary, policy=spec.policy_version, twin=scorer.twin_label, twin_path=str(scorer.twin_path),
@@ -166,7 +176,7 @@ def _run(args, scorer, spec, output: Path) -> int:
         for o in result.outcomes:
             progress(f"trial {o.trial_index + 1}: the runner says {'success' if o.success else 'failure'} "
                      f"({o.reason}), bag {o.bag_path}")
-        return _score(scorer, spec, [Path(o.bag_path) for o in result.outcomes], output)
+        return _score(scorer, spec, [Path(o.bag_path) for o in result.outcomes], output, args.stale_z)
 
     return run_live("twinloop validate", body)
 

@@ -17,6 +17,14 @@ monitor's status). Scoring reads only what a real cell records:
 - **Failure mode**: success; `fault` (the monitor faulted); `miss` (the box never left the
   table and did not move: no grasp); `slip` (it moved toward the goal but ended short);
   `overshoot` (it ended beyond the goal); `off_target` (beside it).
+- **Staleness** (a posterior predictive check): the trial also replayed under `draws`
+  samples of the twin's identified parameters (mean +- std); per arm joint, the spread
+  of those replays around the twin's mean replay is the error the twin's own uncertainty
+  predicts. The trial's z is the worst joint's observed RMSE over that prediction (with a
+  floor of `SPREAD_FLOOR_RAD` for joints the trial hardly moves). A round whose median z
+  exceeds `stale_z` marks the twin stale: the cell no longer behaves as the twin's
+  uncertainty allows (maintenance, a changed payload, wear). A twin that identified
+  nothing (v0) has no uncertainty to check against: staleness is then unknown.
 
 A simulator's ground-truth box topic, where a bag has one, is never read here (tests use it
 to score the tracker).
@@ -38,6 +46,8 @@ STATE_FAULT = 2  # twinloop_interfaces/EnvelopeStatus
 FAILURE_MODES = ("success", "fault", "miss", "slip", "overshoot", "off_target")
 LIFT_M = 0.01  # the box's height above its start that counts as lifted
 MOVED_M = 0.02  # a box that moved less (and was not lifted) was never grasped
+SPREAD_FLOOR_RAD = 0.001  # the least predicted error per joint: ~the arm's tracking noise in a replay
+STALE_Z = 3.0  # a round's median z above this marks the twin stale
 
 
 class ValidationError(ValueError):
@@ -90,6 +100,8 @@ class TrialScore:
     envelope_rejected: int
     envelope_fault: str  # '' when none
     replay_bag: str = ""  # the twin's response, where the scoring wrote one
+    predicted_spread_rad: dict[str, float] = field(default_factory=dict)  # per arm joint; empty: not checked
+    staleness_z: float = float("nan")  # worst arm joint's observed RMSE / predicted spread
 
 
 def read_tracked_box(bag, start_ns: int, topic: str = TRACKED_BOX_POSE_TOPIC) -> TrackedBox:
@@ -161,6 +173,8 @@ class TrialScorer:
     twin_path: Path
     goal: BoxGoal
     window_s: float = 0.3
+    draws: int = 8  # posterior samples per trial for the staleness check (0: none)
+    seed: int = 0
     _sim: object = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -174,9 +188,13 @@ class TrialScorer:
         self.twin_label = f"{twin.workcell}/v{twin.version}"
         self.twin_version = twin.version
         self._fit_bags = {bag.sha256 for bag in twin.manifest.provenance.source_bags}
+        self._workcell = workcell
         self._sim = WorkcellSimulation(workcell, model=load_scene(twin))
         self._kinematics = UrdfTransforms(workcell.urdf_xml)
         self._rest_z = float(self._sim.box_qpos()[2])
+        # the identified parameters with a measured spread: what the staleness check samples
+        self.uncertain = {n: p for n, p in twin.parameters.items() if p.identifiable and p.std > 0}
+        self._rng = np.random.default_rng(self.seed)
 
     def score(self, bag_path: Path | str, replay_dir: Path | None = None) -> TrialScore:
         """Score one trial bag; with `replay_dir`, also write the twin's response there as a
@@ -221,6 +239,7 @@ class TrialScorer:
         latency = command_latency_s(run.state_t, run.state_q[:, columns], command_t,
                                     commanded.reshape(len(command_t), len(arm)))
         real_success = self.goal.reached(end) and not envelope.faulted
+        spread, z = self._staleness(run, result, arm, columns)
         return TrialScore(
             bag=str(bag_path), real_success=real_success, twin_success=self.goal.reached(twin_end),
             failure_mode=classify(self.goal, start, end, float(box.xyz[:, 2].max() - start[2]), envelope.faulted),
@@ -229,7 +248,31 @@ class TrialScorer:
             box_end_error_m=float(np.hypot(*(twin_end[:2] - end[:2]))),
             joint_rmse_rad={j: float(r) for j, r in zip(result.joint_names, result.joint_rmse_rad)},
             end_effector_rmse_m=float(result.end_effector_rmse_m), command_latency_s=latency,
-            envelope_rejected=envelope.commands_rejected, envelope_fault=envelope.fault_reason, replay_bag=response)
+            envelope_rejected=envelope.commands_rejected, envelope_fault=envelope.fault_reason, replay_bag=response,
+            predicted_spread_rad=spread, staleness_z=z)
+
+    def _staleness(self, run, result, arm: list[str], columns: list[int]) -> tuple[dict[str, float], float]:
+        """(per-joint predicted spread, z) of one trial; ({}, NaN) without draws or uncertainty."""
+        import copy
+
+        from twinloop_sim.replay import replay
+        from twinloop_sim.workcell_sim import WorkcellSimulation
+        from twinloop_twin.model_parameters import apply_parameters, sample_parameters
+        from twinloop_twin.parameters import ParameterSet
+
+        if self.draws <= 0 or not self.uncertain:
+            return {}, float("nan")
+        mean_columns = [result.joint_names.index(j) for j in arm]
+        mean_q = result.twin_q[:, mean_columns]
+        squares = np.zeros(len(arm))
+        for _ in range(self.draws):
+            model = copy.copy(self._sim.model)
+            apply_parameters(model, sample_parameters(ParameterSet(self.uncertain), self._rng))
+            drawn = replay(run, WorkcellSimulation(self._workcell, model=model), self._kinematics)
+            squares += np.mean((drawn.twin_q[:, mean_columns] - mean_q) ** 2, axis=0)
+        spread = np.sqrt(squares / self.draws + SPREAD_FLOOR_RAD ** 2)
+        observed = np.array([result.joint_rmse_rad[result.joint_names.index(j)] for j in arm])
+        return {j: float(v) for j, v in zip(arm, spread)}, float(np.max(observed / spread))
 
 
 @dataclass(frozen=True)
@@ -251,9 +294,26 @@ class RoundSummary:
     command_latency_s: float  # median
     envelope_rejected: int
     envelope_faults: int
+    staleness: dict  # stale (True/False/None: unknown), median_z, threshold, evidence
 
 
-def summarize(scores: Sequence[TrialScore]) -> RoundSummary:
+def staleness_verdict(scores: Sequence[TrialScore], threshold: float = STALE_Z) -> dict:
+    """Is the twin stale, by the round's median z, with the evidence in words."""
+    checked = [s for s in scores if np.isfinite(s.staleness_z)]
+    if not checked:
+        return {"stale": None, "median_z": None, "threshold": threshold,
+                "evidence": "not checked: the twin has no identified uncertainty (or --draws 0)"}
+    median = float(np.median([s.staleness_z for s in checked]))
+    worst = max(checked, key=lambda s: s.staleness_z)
+    joint = max(worst.predicted_spread_rad, key=lambda j: worst.joint_rmse_rad[j] / worst.predicted_spread_rad[j])
+    stale = median > threshold
+    return {"stale": stale, "median_z": median, "threshold": threshold, "evidence": (
+        f"median z {median:.1f} over {len(checked)} trial(s) ({'above' if stale else 'within'} {threshold:g}); worst "
+        f"{joint} in {Path(worst.bag).name}: {worst.joint_rmse_rad[joint] * 1e3:.1f} mrad observed against "
+        f"{worst.predicted_spread_rad[joint] * 1e3:.1f} mrad the twin's uncertainty predicts")}
+
+
+def summarize(scores: Sequence[TrialScore], stale_z: float = STALE_Z) -> RoundSummary:
     if not scores:
         raise ValidationError("no trials to summarize")
     n = len(scores)
@@ -274,7 +334,7 @@ def summarize(scores: Sequence[TrialScore]) -> RoundSummary:
         end_effector_rmse_m=spread([s.end_effector_rmse_m for s in scores]),
         command_latency_s=float(np.median(latencies)) if latencies else float("nan"),
         envelope_rejected=sum(s.envelope_rejected for s in scores),
-        envelope_faults=sum(bool(s.envelope_fault) for s in scores))
+        envelope_faults=sum(bool(s.envelope_fault) for s in scores), staleness=staleness_verdict(scores, stale_z))
 
 
 def report(scores: Sequence[TrialScore], summary: RoundSummary, **context) -> dict:
@@ -287,6 +347,7 @@ def format_trial(index: int, score: TrialScore) -> str:
             f"{'success' if score.twin_success else 'failure'}; box end twin vs tracker "
             f"{score.box_end_error_m * 100:.1f} cm; end-effector RMSE {score.end_effector_rmse_m * 1e3:.1f} mm; "
             f"latency {score.command_latency_s * 1e3:.0f} ms; {score.envelope_rejected} rejected"
+            + (f"; staleness z {score.staleness_z:.1f}" if np.isfinite(score.staleness_z) else "")
             + (f"; fault: {score.envelope_fault}" if score.envelope_fault else ""))
 
 
@@ -297,7 +358,9 @@ def format_summary(summary: RoundSummary) -> str:
             f"{lo:.0%}-{hi:.0%}); twin predicts {summary.twin_successes}/{summary.trials} ({summary.twin_rate:.0%}, "
             f"{tlo:.0%}-{thi:.0%}); outcomes agree in {summary.agreement:.0%}; box end error median "
             f"{summary.box_end_error_m['median'] * 100:.1f} cm; failure modes "
-            + ", ".join(f"{m} {c}" for m, c in summary.failure_modes.items() if c))
+            + ", ".join(f"{m} {c}" for m, c in summary.failure_modes.items() if c)
+            + {True: "; TWIN STALE: ", False: "; twin current: ", None: "; staleness "}[summary.staleness["stale"]]
+            + summary.staleness["evidence"])
 
 
 @dataclass(frozen=True)
