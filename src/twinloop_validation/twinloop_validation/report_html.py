@@ -19,6 +19,11 @@ from twinloop_twin.contract import TRACKED_BOX_POSE_TOPIC
 MAX_TRAJECTORY_TRIALS = 4  # trials whose joint trajectories are drawn (all are in the table)
 
 
+def _number(value, digits: int = 1) -> str:
+    """A report number for the table; '-' where it was not measured (None or NaN)."""
+    return "-" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
+
+
 def _arm(names) -> list[int]:
     return [i for i, n in enumerate(names) if not n.startswith("panda_finger")]
 
@@ -99,12 +104,13 @@ def write_round_html(round_dir: Path) -> Path:
         f"<tr><td>{i + 1}</td><td>{'success' if t['real_success'] else 'failure'}</td><td>{t['failure_mode']}</td>"
         f"<td>{'success' if t['twin_success'] else 'failure'}</td><td>{t['box_end_error_m'] * 100:.1f}</td>"
         f"<td>{max(v for j, v in t['joint_rmse_rad'].items() if not j.startswith('panda_finger')) * 1e3:.1f}</td>"
-        f"<td>{t['end_effector_rmse_m'] * 1e3:.1f}</td><td>{t['command_latency_s'] * 1e3:.0f}</td>"
+        f"<td>{t['end_effector_rmse_m'] * 1e3:.1f}</td><td>{_number(t['command_latency_s'] * 1e3, 0)}</td>"
         f"<td>{t['envelope_rejected']}</td><td>{html.escape(t['envelope_fault']) or '-'}</td>"
+        f"<td>{_number(t['staleness_z'])}</td>"
         f"<td>{html.escape(Path(t['bag']).name)}</td></tr>" for i, t in enumerate(trials))
     header = ("<tr><th>trial</th><th>real</th><th>failure mode</th><th>twin</th><th>box end twin vs tracker (cm)</th>"
               "<th>worst arm joint RMSE (mrad)</th><th>end-effector RMSE (mm)</th><th>latency (ms)</th>"
-              "<th>rejected</th><th>fault</th><th>bag</th></tr>")
+              "<th>rejected</th><th>fault</th><th>staleness z</th><th>bag</th></tr>")
     plots = "".join(figure.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, figure in enumerate(figures))
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>twinloop validation: {html.escape(report['policy'])}"
             f" vs {html.escape(report['twin'])}</title><style>body{{font-family:sans-serif;margin:2em}}"
