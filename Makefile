@@ -7,7 +7,7 @@ setup:
 	@bash tools/setup.sh
 
 demo: setup
-	@tools/in_env.sh twinloop demo
+	@tools/in_env.sh twinloop loop
 
 test: setup
 	@tools/run_tests.sh

@@ -18,6 +18,7 @@ setup(
     license='Apache-2.0',
     entry_points={
         'twinloop.commands': [
+            'loop = twinloop_validation.loop:main',
             'validate = twinloop_validation.cli:main',
         ],
     },

@@ -1,0 +1,241 @@
+"""twinloop loop: the whole loop on a workcell, one stage after the other, as a user runs it.
+
+    twinloop loop [--quick] [--truth-file F] [--run-dir DIR] [--trials N] [--modes nominal,posterior]
+
+In a new run folder (default runs/<UTC time>/; everything the run writes lands there:
+twins/, bags/, policies, validation/, log/):
+
+1. the nominal twin v0 (`twinloop twin build-nominal`);
+2. with the node set of `twinloop bringup` running on a private, localhost-only ROS domain
+   (the emulated workcell with its hidden physics `--truth-file`, or a robot driver with
+   `--no-workcell`): identification recordings through the envelope monitor, a joint
+   excitation (fit), another (held-out, other seed), the box's pushes and lift (fit)
+   (`twinloop build excite`); then the node set is stopped;
+3. the identified twin v1 (`twinloop build build`: physics with uncertainty);
+4. a carry policy per variation mode (`twinloop policy train`): by default `nominal`
+   (trained in v0) and `posterior` (in v1, from its uncertainty); `wide` (v1, hand-set
+   ranges) and `oracle` (the truth file: a measurement only the emulated cell allows);
+5. with the node set up again: held-out trials of each policy on the cell, scored against
+   v1 (`twinloop validate run`): real success from the box tracker, v1's prediction,
+   errors, staleness;
+6. how well v1 predicts and ranks the policies (`twinloop validate compare`).
+
+The node set is down while identification and training run: on a small host its cameras
+and tracker would take the cores those need (here identification took 801 s beside it).
+
+Each stage is the `twinloop` command the README shows, run as a subprocess in the run
+folder: its progress lines (stderr) appear as it runs, its results (stdout) when it ends
+and in log/stages.log; the run stops at the first stage that fails, saying which.
+`--quick` uses short recordings (8 s fit, 5 s held-out), the short training setting and 2
+trials per policy (about 10 minutes here; the tests run it); the default 15 s and 8 s,
+the task file's training setting and `--trials` (10) trials per policy.
+
+Exit codes: 0 the loop ran (whatever the success rates); 2 bad input; 3 the node set did
+not come up; 4 a stage failed (its command and output named); 130 Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TWINLOOP = str(Path(sys.executable).parent / "twinloop")
+EXIT_BAD_INPUT, EXIT_NOT_UP, EXIT_FAILED, EXIT_CANCELED = 2, 3, 4, 130
+MODES = ("nominal", "posterior", "wide", "oracle")
+QUICK = {"fit_s": 8, "held_out_s": 5, "training": "--contexts 2 --draws 4 --iterations 2 --episodes 16", "trials": 2}
+FULL = {"fit_s": 15, "held_out_s": 8, "training": "", "trials": 10}
+
+
+class StageFailed(RuntimeError):
+    pass
+
+
+class Loop:
+    def __init__(self, run_dir: Path, env: dict, say=print) -> None:
+        self.run_dir, self.env, self.say = run_dir, env, say
+        self.started = time.monotonic()
+        self.stages: list[tuple[str, float]] = []
+
+    def stage(self, line: str, timeout_s: float = 3600.0) -> str:
+        """Run one `twinloop ...` line in the run folder; its stdout (its stderr is passed through)."""
+        self.say(f"[{time.monotonic() - self.started:7.1f} s] $ {line}")
+        started = time.monotonic()
+        process = subprocess.Popen([TWINLOOP, *shlex.split(line)[1:]], cwd=self.run_dir, env=self.env,
+                                   stdout=subprocess.PIPE, text=True)
+        try:
+            stdout, _ = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise StageFailed(f"`{line}` ran past {timeout_s:.0f} s") from None
+        except KeyboardInterrupt:
+            process.send_signal(signal.SIGINT)  # the command cancels its goal and ends
+            process.wait(timeout=120)
+            raise
+        with open(self.run_dir / "log" / "stages.log", "a") as log:
+            log.write(f"$ {line}\n{stdout}")
+        self.stages.append((line, time.monotonic() - started))
+        for text in stdout.strip().splitlines()[-12:]:
+            self.say(f"    {text}")
+        if process.returncode != 0:
+            raise StageFailed(f"`{line}` exit {process.returncode} (its message is above)")
+        return stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    """twinloop loop: the whole loop on a workcell: identify, train, validate on held-out trials, compare."""
+    from twinloop_twin.workcell import default_config_dir
+
+    parser = argparse.ArgumentParser(prog="twinloop loop", description=inspect.cleandoc(__doc__),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short recordings, short training, 2 trials a policy")
+    parser.add_argument("--truth-file", default=str(default_config_dir() / "emulated_truth.yaml"),
+                        help="hidden physics of the emulated workcell")
+    parser.add_argument("--no-workcell", action="store_true", help="a robot driver provides the hardware contract")
+    parser.add_argument("--run-dir", default="", help="new folder of this run (default runs/<UTC time>)")
+    parser.add_argument("--trials", type=int, default=None, help="held-out trials per policy (default 10; quick 2)")
+    parser.add_argument("--modes", default="nominal,posterior", help="variation modes to train and validate, "
+                        "comma-separated, of nominal, posterior, wide, oracle")
+    args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown or not modes or len(set(modes)) != len(modes):
+        parser.error(f"--modes {args.modes}: give distinct modes of {', '.join(MODES)}")
+    if "oracle" in modes and args.no_workcell:
+        parser.error("--modes oracle needs the emulated workcell's truth file: a real cell has none")
+    setting = dict(QUICK if args.quick else FULL)
+    if args.trials is not None:
+        if args.trials < 1:
+            parser.error(f"--trials {args.trials}: give at least one")
+        setting["trials"] = args.trials
+    truth = Path(args.truth_file).resolve()
+    if not args.no_workcell and not truth.is_file():
+        print(f"twinloop loop: error: truth file {truth} not found; give an existing physics YAML "
+              "(e.g. config/emulated_truth.yaml)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    run_dir = Path(args.run_dir or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+    if run_dir.exists():
+        print(f"twinloop loop: error: {run_dir} exists; a run never writes into an earlier one: give another "
+              "--run-dir", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    (run_dir / "log").mkdir(parents=True)
+    from twinloop_ros.process import fresh_domain_id, localhost_env
+    # the robot driver's domain on a real cell; a private one beside the emulated cell
+    domain = os.environ.get("ROS_DOMAIN_ID", "")
+    env = localhost_env(int(domain or 0) if args.no_workcell or domain else fresh_domain_id())
+    print(f"twinloop loop: run folder {run_dir}; ROS domain {env['ROS_DOMAIN_ID']}, localhost only; "
+          f"{'quick' if args.quick else 'full'} setting", flush=True)
+    loop = Loop(run_dir, env, say=lambda text: print(text, flush=True))
+    cell = NodeSet(run_dir, env, ["--no-workcell"] if args.no_workcell else ["--truth-file", str(truth)])
+    try:
+        _stages(loop, cell, setting, modes, truth)
+    except NodeSetDown as error:
+        print(f"twinloop loop: error: {error}", file=sys.stderr)
+        return EXIT_NOT_UP
+    except StageFailed as error:
+        print(f"twinloop loop: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("twinloop loop: interrupted", file=sys.stderr)
+        return EXIT_CANCELED
+    finally:
+        cell.stop()
+    return 0
+
+
+class NodeSetDown(RuntimeError):
+    pass
+
+
+class NodeSet:
+    """`twinloop bringup` as a subprocess of its own session, started and stopped by phase."""
+
+    def __init__(self, run_dir: Path, env: dict, arguments: list[str]) -> None:
+        self.run_dir, self.env, self.arguments = run_dir, env, arguments
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, timeout_s: float = 180.0) -> None:
+        """Up once the monitor answers (the runner, tracker and builder come up beside it)."""
+        self.starts += 1
+        log = open(self.run_dir / "log" / f"bringup{self.starts}.log", "w")
+        self.process = subprocess.Popen([TWINLOOP, "bringup", "--log-dir", f"log/bringup{self.starts}",
+                                         *self.arguments], cwd=self.run_dir, env=self.env, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.process.poll() is None:
+            status = subprocess.run([TWINLOOP, "monitor", "status"], cwd=self.run_dir, env=self.env,
+                                    capture_output=True)
+            if status.returncode == 0:
+                time.sleep(5.0)
+                return
+            time.sleep(2.0)
+        self.stop()
+        raise NodeSetDown(f"the node set did not come up within {timeout_s:.0f} s: see "
+                          f"{self.run_dir / 'log' / f'bringup{self.starts}.log'}")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)  # Ctrl-C to the bring-up: it stops its nodes
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.process = None
+
+
+def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: Path) -> None:
+    loop.stage("twinloop twin build-nominal")
+    loop.say("starting the node set for the identification recordings")
+    cell.start()
+    fit = _bag(loop.stage(f"twinloop build excite --kind joints --split fit --duration {setting['fit_s']}"))
+    held_out = _bag(loop.stage(f"twinloop build excite --kind joints --split held_out --seed 7 "
+                               f"--duration {setting['held_out_s']}"))
+    pushes = _bag(loop.stage("twinloop build excite --kind pushes --split fit"))
+    cell.stop()
+    loop.say("node set stopped: identification and training have the cores")
+    loop.stage(f"twinloop build build --fit {fit} {pushes} --held-out {held_out}")
+    for mode in modes:
+        source = {"nominal": "--twin twins/emulated/v0", "oracle": f"--oracle-physics {truth}"}.get(
+            mode, "--twin twins/emulated/v1")
+        loop.stage(f"twinloop policy train carry_{mode} --mode {mode} {source} {setting['training']}".strip())
+    loop.say("starting the node set for the held-out trials")
+    cell.start()
+    rounds = []
+    for mode in modes:
+        loop.stage(f"twinloop validate run carry_{mode} --twin twins/emulated/v1 -n {setting['trials']} "
+                   f"--output validation/carry_{mode}")
+        rounds.append(loop.run_dir / "validation" / f"carry_{mode}")
+    cell.stop()
+    if len(rounds) > 1:
+        loop.stage("twinloop validate compare " + " ".join(f"validation/{r.name}" for r in rounds))
+    loop.say("")
+    loop.say(f"the loop ran in {time.monotonic() - loop.started:.0f} s; identified twin: "
+             f"{loop.run_dir / 'twins' / 'emulated' / 'v1'}")
+    for line, seconds in loop.stages:
+        loop.say(f"  {seconds:6.0f} s  {line}")
+    for round_dir in rounds:
+        summary = json.loads((round_dir / "report.json").read_text())["summary"]
+        loop.say(f"{round_dir.name}: real success {summary['real_successes']}/{summary['trials']}, v1 predicts "
+                 f"{summary['twin_successes']}/{summary['trials']}; staleness: {summary['staleness']['evidence']}; "
+                 f"report {round_dir / 'report.html'}")
+
+
+def _bag(stdout: str) -> str:
+    """The bag an excitation recorded: the last line it printed."""
+    return stdout.strip().splitlines()[-1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
