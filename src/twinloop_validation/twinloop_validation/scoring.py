@@ -204,8 +204,8 @@ class TrialScorer:
 
         bag_path = Path(bag_path)
         if bag_path.exists() and bag_sha256(bag_path) in self._fit_bags:
-            raise ValidationError(f"{bag_path} is a recording twin {self.twin_label} was built from (its provenance): a twin is judged on "
-                                  "trials it has not seen; record new held-out trials")
+            raise ValidationError(f"{bag_path} is a recording twin {self.twin_label} was built from (its provenance): "
+                                  "a twin is judged on trials it has not seen; record new held-out trials")
         try:
             with open_bag(bag_path) as bag:
                 session = bag.session
@@ -239,7 +239,7 @@ class TrialScorer:
         latency = command_latency_s(run.state_t, run.state_q[:, columns], command_t,
                                     commanded.reshape(len(command_t), len(arm)))
         real_success = self.goal.reached(end) and not envelope.faulted
-        spread, z = self._staleness(run, result, arm, columns)
+        spread, z = self._staleness(run, result, arm)
         return TrialScore(
             bag=str(bag_path), real_success=real_success, twin_success=self.goal.reached(twin_end),
             failure_mode=classify(self.goal, start, end, float(box.xyz[:, 2].max() - start[2]), envelope.faulted),
@@ -251,7 +251,7 @@ class TrialScorer:
             envelope_rejected=envelope.commands_rejected, envelope_fault=envelope.fault_reason, replay_bag=response,
             predicted_spread_rad=spread, staleness_z=z)
 
-    def _staleness(self, run, result, arm: list[str], columns: list[int]) -> tuple[dict[str, float], float]:
+    def _staleness(self, run, result, arm: list[str]) -> tuple[dict[str, float], float]:
         """(per-joint predicted spread, z) of one trial; ({}, NaN) without draws or uncertainty."""
         import copy
 
