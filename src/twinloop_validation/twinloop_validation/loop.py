@@ -63,6 +63,25 @@ class Loop:
         self.started = time.monotonic()
         self.stages: list[tuple[str, float]] = []
 
+    def recording(self, line: str, retries: int = 2) -> str:
+        """A stage that streams to the robot through the monitor: when the monitor stopped it
+        because the stream paused past its watchdog (the sender's process held by a loaded
+        host, not the motion), reset the fault as an operator would and run it again, at
+        most `retries` times, saying so. Any other failure ends the loop."""
+        attempt = 0
+        while True:
+            try:
+                return self.stage(line)
+            except StageFailed:
+                status = subprocess.run([TWINLOOP, "monitor", "status"], cwd=self.run_dir, env=self.env,
+                                        capture_output=True, text=True).stdout
+                if attempt == retries or not status.startswith("fault stale_command"):
+                    raise
+            attempt += 1
+            self.say(f"the envelope monitor faulted on a paused command stream ({status.strip()}); the sender was "
+                     "held by the host: resetting the fault and running the stage again")
+            self.stage("twinloop monitor reset --note loop-retry-after-a-paused-stream")
+
     def stage(self, line: str, timeout_s: float = 3600.0) -> str:
         """Run one `twinloop ...` line in the run folder; its stdout (its stderr is passed through)."""
         self.say(f"[{time.monotonic() - self.started:7.1f} s] $ {line}")
@@ -199,10 +218,10 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
     loop.stage("twinloop twin build-nominal")
     loop.say("starting the node set for the identification recordings")
     cell.start()
-    fit = _bag(loop.stage(f"twinloop build excite --kind joints --split fit --duration {setting['fit_s']}"))
-    held_out = _bag(loop.stage(f"twinloop build excite --kind joints --split held_out --seed 7 "
-                               f"--duration {setting['held_out_s']}"))
-    pushes = _bag(loop.stage("twinloop build excite --kind pushes --split fit"))
+    fit = _bag(loop.recording(f"twinloop build excite --kind joints --split fit --duration {setting['fit_s']}"))
+    held_out = _bag(loop.recording(f"twinloop build excite --kind joints --split held_out --seed 7 "
+                                   f"--duration {setting['held_out_s']}"))
+    pushes = _bag(loop.recording("twinloop build excite --kind pushes --split fit"))
     cell.stop()
     loop.say("node set stopped: identification and training have the cores")
     loop.stage(f"twinloop build build --fit {fit} {pushes} --held-out {held_out}")
