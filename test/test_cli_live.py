@@ -345,8 +345,10 @@ def _staleness_of_a_changed_cell(stack, bags: list[str]) -> None:
     other.write_text(truth_yaml(draw_truth(load_physics(default_config_dir() / "nominal_physics.yaml"), 3), seed=3))
     verdicts = {}
     for name, physics in (("current", default_config_dir() / "emulated_truth.yaml"), ("changed", other)):
-        twin = build_twin_from_physics(stack.work / "twins", "emulated", physics, created_by="test", source="identified",
-                                       note=f"{name}: {physics.name}, 3 % std", measured_std_fraction=0.03)
+        # a root of their own: the stack's twins/ is the twin builder's, whose versions later tests count
+        twin = build_twin_from_physics(stack.work / "staleness_twins" / name, "emulated", physics, created_by="test",
+                                       source="identified", note=f"{name}: {physics.name}, 3 % std",
+                                       measured_std_fraction=0.03)
         done = stack.run(f"twinloop validate score carry_nominal --twin {twin.path} --output validation/{name} "
                          + " ".join(bags), 300)
         assert done.returncode == 0, done.stderr
