@@ -27,7 +27,7 @@ Each stage is the `twinloop` command the README shows, run as a subprocess in th
 folder: its progress lines (stderr) appear as it runs, its results (stdout) when it ends
 and in log/stages.log; the run stops at the first stage that fails, saying which.
 `--quick` uses short recordings (8 s fit, 5 s held-out), the short training setting and 2
-trials per policy (about 10 minutes here; the tests run it); the default 15 s and 8 s,
+trials per policy (about 5 minutes here; the tests run it); the default 15 s and 8 s,
 the task file's training setting and `--trials` (10) trials per policy.
 
 Exit codes: 0 the loop ran (whatever the success rates); 2 bad input; 3 the node set did
