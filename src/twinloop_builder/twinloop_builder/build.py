@@ -14,7 +14,8 @@ from typing import Callable, Sequence
 import mujoco
 import yaml
 
-from twinloop_twin.bundle import Provenance, SourceBag, TwinBundle, load_twin_version, write_twin_version
+from twinloop_twin.bundle import (Provenance, SourceBag, TwinBundle, TwinError, load_twin_version,
+                                  write_twin_version)
 from twinloop_twin.nominal import SCENE_FILE, load_twin_workcell, scene_files, twin_geometry
 from twinloop_twin.parameters import Parameter, ParameterSet
 from twinloop_twin.physics import load_physics, physics_from_dict, physics_to_dict
@@ -55,12 +56,17 @@ def physics_with(raw: dict, values: dict[str, float]) -> dict:
     return raw
 
 
-def identified_parameters(parent: ParameterSet, result: IdentificationResult) -> ParameterSet:
-    """Identified parameters as mean ± std; the rest keep the parent's value, flagged, with the reason."""
+def identified_parameters(parent: ParameterSet, result: IdentificationResult,
+                          select: Sequence[str] = ()) -> ParameterSet:
+    """Identified parameters as mean ± std; the rest keep the parent's value, flagged, with
+    the reason. With `select` (name prefixes), a parameter outside it was not asked about:
+    it stays exactly as the parent had it (identified there or not)."""
     items = {}
     for name, parameter in parent.items():
         estimate = result.estimates.get(name)
-        if estimate is not None and estimate.identifiable:
+        if select and not any(name.startswith(s) for s in select):
+            items[name] = parameter
+        elif estimate is not None and estimate.identifiable:
             items[name] = Parameter(mean=estimate.mean, std=estimate.std, identifiable=True, unit=parameter.unit,
                                     source="identified",
                                     note=f"{_confidence_note(estimate)}; prior {parameter.mean:.6g} ± {parameter.std:.3g}")
@@ -89,7 +95,8 @@ def report_dict(result: IdentificationResult, bags: list[SourceBag]) -> dict:
         "correlations_above_0_8": [{"a": a, "b": b, "correlation": c} for (a, b), c in result.correlations.items()],
         "held_out": {"joint_rmse_before_rad": _finite(result.held_out_rmse_before_rad),
                      "joint_rmse_after_rad": _finite(result.held_out_rmse_after_rad),
-                     "per_joint_rad": {j: {"before": b, "after": a} for j, (b, a) in result.held_out_per_joint.items()}},
+                     "per_joint_rad": {j: {"before": b, "after": a} for j, (b, a) in result.held_out_per_joint.items()},
+                     **_held_out_extra(result.held_out)},
         "stages": [{"name": s.name, "parameters": s.parameters, "recordings": s.recordings, "iterations": s.iterations,
                     "residual_evaluations": s.residual_evaluations, "cost_before": s.cost_before,
                     "cost_after": s.cost_after, "autocorrelation_inflation": s.autocorrelation_inflation,
@@ -99,8 +106,116 @@ def report_dict(result: IdentificationResult, bags: list[SourceBag]) -> dict:
     }
 
 
+def _held_out_extra(score) -> dict:
+    if score is None:
+        return {}
+    return {"joint_effort_rmse_before_nm": _finite(score.effort_rmse_before_nm),
+            "joint_effort_rmse_after_nm": _finite(score.effort_rmse_after_nm),
+            "box_rmse_before_m": _finite(score.box_rmse_before_m), "box_rmse_after_m": _finite(score.box_rmse_after_m)}
+
+
 def _finite(value: float):
     return None if math.isnan(value) else value
+
+
+@dataclass(frozen=True)
+class Identified:
+    """Identification from bags, before anything is written: the parent, what was found,
+    the recordings it used."""
+
+    parent: TwinBundle
+    result: IdentificationResult
+    fit: list
+    held_out: list
+    select: tuple[str, ...] = ()
+
+
+def held_out_lineage(root: Path | str, workcell: str, version: int) -> dict[str, str]:
+    """sha256 -> path of every held-out bag in the provenance of `version` and its ancestors."""
+    held: dict[str, str] = {}
+    seen: set[int] = set()
+    current: int | None = version
+    while current is not None and current not in seen:
+        seen.add(current)
+        try:
+            twin = load_twin_version(root, workcell, current)
+        except TwinError:  # an ancestor removed by hand: what the others held out still counts
+            break
+        held.update({b.sha256: b.path for b in twin.manifest.provenance.source_bags if b.split == "held_out"})
+        current = twin.manifest.provenance.parent_version
+    return held
+
+
+def identify_from_bags(root: Path | str, workcell: str, fit_bags: Sequence[str], held_out_bags: Sequence[str] = (),
+                       *, parent_version: int | None = None, select: Sequence[str] = (),
+                       settings: IdentificationSettings = IdentificationSettings(),
+                       progress: Callable[[str, float, str], None] = lambda *_: None,
+                       plan: Callable[[tuple[str, ...]], None] = lambda stages: None,
+                       cancelled: Callable[[], bool] = lambda: False) -> Identified:
+    """Read and check the bags, identify on top of the parent; nothing is written.
+
+    A fit bag must be split 'fit' in its session metadata, and none may be a bag that any
+    version of the lineage held out (by content hash): held-out data never fits a twin.
+    """
+    parent = load_twin_version(root, workcell, parent_version)
+    if not fit_bags:
+        raise RecordingError("no fit bag given: record an identification session with split 'fit' "
+                             "(twinloop build excite --split fit) and pass it")
+    overlap = set(map(str, fit_bags)) & set(map(str, held_out_bags))
+    if overlap:
+        raise RecordingError(f"bags {sorted(overlap)} are given as both fit and held-out data; they never mix")
+    progress("reading", 0.0, f"reading {len(fit_bags)} fit and {len(held_out_bags)} held-out bag(s)")
+    fit = [load_recording(p, expected_split="fit", min_duration_s=settings.min_duration_s,
+                          box_source=settings.box_source) for p in fit_bags]
+    lineage = held_out_lineage(root, workcell, parent.version)
+    for recording in fit:
+        if recording.sha256 in lineage:
+            raise RecordingError(f"fit bag {recording.path} has the content of {lineage[recording.sha256]}, which "
+                                 f"{workcell} v{parent.version}'s lineage held out: held-out data never fits a twin; "
+                                 "record new fit data")
+    held_out = [load_recording(p, expected_split="held_out", min_duration_s=1.0, box_source=settings.box_source)
+                for p in held_out_bags]
+    spec = mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE)))
+    result = identify(spec, parent.parameters.means(), fit, held_out=held_out, settings=settings, select=select,
+                      progress=progress, plan=plan, cancelled=cancelled)
+    return Identified(parent, result, fit, held_out, tuple(select))
+
+
+def write_identified_version(root: Path | str, identified: Identified, *, parameters: ParameterSet | None = None,
+                             created_by: str = "identification", note: str = "",
+                             extra_files: dict[str, bytes] | None = None,
+                             progress: Callable[[str, float, str], None] = lambda *_: None) -> TwinBundle:
+    """Write the next version from an identification (`parameters`: the identified ones as
+    adjusted by the caller, e.g. a correction's widened intervals; default as identified)."""
+    parent, result = identified.parent, identified.result
+    workcell = parent.workcell
+    progress("writing", 0.97, "writing the new twin version")
+    if parameters is None:
+        parameters = identified_parameters(parent.parameters, result, identified.select)
+    parent_physics = load_physics(parent.file_path("inputs/physics.yaml"))
+    raw = physics_with(physics_to_dict(parent_physics), parameters.means())
+    physics = physics_from_dict(raw, source="identified")
+    twin_workcell = load_twin_workcell(parent)
+    files = scene_files(twin_workcell, physics, twin_geometry(parent))  # the parent's measured geometry stays
+    files["inputs/physics.yaml"] = ("# Identified by twinloop_builder from the bags in twin.yaml provenance.\n"
+                                    + yaml.safe_dump(raw, sort_keys=False)).encode()
+    files["inputs/workcell.yaml"] = parent.file_path("inputs/workcell.yaml")
+    files["inputs/workcell_description.urdf"] = parent.file_path("inputs/workcell_description.urdf")
+    bags = [SourceBag(path=r.path, sha256=r.sha256, split=r.split, purpose=r.purpose)
+            for r in identified.fit + identified.held_out]
+    files[REPORT_FILE] = yaml.safe_dump(report_dict(result, bags), sort_keys=False).encode()
+    files.update(extra_files or {})
+    provenance = Provenance(
+        created_by=created_by, parent_version=parent.version, source_bags=bags,
+        calibration=parent.manifest.provenance.calibration,
+        note=note or (f"physics identified with mujoco.sysid from {len(identified.fit)} fit bag(s); held-out joint "
+                      f"RMSE {result.held_out_rmse_before_rad:.3g} -> {result.held_out_rmse_after_rad:.3g} rad; "
+                      f"not identifiable: {len(result.not_identifiable)} parameter(s), see {REPORT_FILE}"))
+    # the calibration the parent carried still holds: identification does not touch it
+    twin = write_twin_version(root, workcell, parameters=parameters, provenance=provenance, files=files,
+                              calibration=dict(parent.manifest.calibration or {}) or None)
+    progress("done", 1.0, f"wrote {workcell} v{twin.version}")
+    return twin
 
 
 def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[str], held_out_bags: Sequence[str] = (),
@@ -114,51 +229,16 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     `progress(stage, fraction of that stage, message)` as the stages go; `plan(stages)` once
     the bags are read, with the stages that will run (twinloop_builder.progress weighs them).
 
-    Raises RecordingError (bad bags), IdentificationError (data that cannot identify
-    anything), IdentificationCancelled, or twinloop_twin.bundle.TwinError; nothing is
-    written unless everything succeeded.
+    Raises RecordingError (bad bags, a bag the lineage held out given as fit),
+    IdentificationError (data that cannot identify anything), IdentificationCancelled, or
+    twinloop_twin.bundle.TwinError; nothing is written unless everything succeeded.
     """
-    parent = load_twin_version(root, workcell, parent_version)
-    if not fit_bags:
-        raise RecordingError("no fit bag given: record an identification session with split 'fit' "
-                             "(twinloop build excite --split fit) and pass it")
-    overlap = set(map(str, fit_bags)) & set(map(str, held_out_bags))
-    if overlap:
-        raise RecordingError(f"bags {sorted(overlap)} are given as both fit and held-out data; they never mix")
-    progress("reading", 0.0, f"reading {len(fit_bags)} fit and {len(held_out_bags)} held-out bag(s)")
-    fit = [load_recording(p, expected_split="fit", min_duration_s=settings.min_duration_s,
-                          box_source=settings.box_source) for p in fit_bags]
-    held_out = [load_recording(p, expected_split="held_out", min_duration_s=1.0, box_source=settings.box_source)
-                for p in held_out_bags]
-    spec = mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE)))
-    prior = parent.parameters.means()
-    result = identify(spec, prior, fit, held_out=held_out, settings=settings, select=select,
-                      progress=progress, plan=plan, cancelled=cancelled)
-    progress("writing", 0.97, "writing the new twin version")
-    parameters = identified_parameters(parent.parameters, result)
-    parent_physics = load_physics(parent.file_path("inputs/physics.yaml"))
-    raw = physics_with(physics_to_dict(parent_physics), parameters.means())
-    physics = physics_from_dict(raw, source="identified")
-    twin_workcell = load_twin_workcell(parent)
-    files = scene_files(twin_workcell, physics, twin_geometry(parent))  # the parent's measured geometry stays
-    files["inputs/physics.yaml"] = ("# Identified by twinloop_builder from the bags in twin.yaml provenance.\n"
-                                    + yaml.safe_dump(raw, sort_keys=False)).encode()
-    files["inputs/workcell.yaml"] = parent.file_path("inputs/workcell.yaml")
-    files["inputs/workcell_description.urdf"] = parent.file_path("inputs/workcell_description.urdf")
-    bags = [SourceBag(path=r.path, sha256=r.sha256, split=r.split, purpose=r.purpose) for r in fit + held_out]
-    files[REPORT_FILE] = yaml.safe_dump(report_dict(result, bags), sort_keys=False).encode()
-    provenance = Provenance(
-        created_by="identification", parent_version=parent.version, source_bags=bags,
-        calibration=parent.manifest.provenance.calibration,
-        note=(f"physics identified with mujoco.sysid from {len(fit)} fit bag(s); held-out joint RMSE "
-              f"{result.held_out_rmse_before_rad:.3g} -> {result.held_out_rmse_after_rad:.3g} rad; "
-              f"not identifiable: {len(result.not_identifiable)} parameter(s), see {REPORT_FILE}"))
-    # the calibration the parent carried still holds: identification does not touch it
-    twin = write_twin_version(root, workcell, parameters=parameters, provenance=provenance, files=files,
-                              calibration=dict(parent.manifest.calibration or {}) or None)
-    progress("done", 1.0, f"wrote {workcell} v{twin.version}")
-    return BuildResult(twin, result)
+    identified = identify_from_bags(root, workcell, fit_bags, held_out_bags, parent_version=parent_version,
+                                    select=select, settings=settings, progress=progress, plan=plan,
+                                    cancelled=cancelled)
+    return BuildResult(write_identified_version(root, identified, progress=progress), identified.result)
 
 
-__all__ = ["BuildResult", "IdentificationCancelled", "IdentificationError", "RecordingError", "REPORT_FILE",
-           "build_identified_twin", "identified_parameters", "physics_with"]
+__all__ = ["BuildResult", "IdentificationCancelled", "IdentificationError", "Identified", "RecordingError",
+           "REPORT_FILE", "build_identified_twin", "held_out_lineage", "identified_parameters", "identify_from_bags",
+           "physics_with", "write_identified_version"]

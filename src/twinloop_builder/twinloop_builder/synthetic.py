@@ -95,12 +95,15 @@ def write_bag(recording: RecordedMotion, path, *, split: str | None = None, purp
     the joints (to test a bag of another robot); `skip_topics` leaves topics out.
     `applied_topic` adds the commands as a simulated workcell reports them (stamped when they
     took effect); `command_log_delay_s` logs /joint_command that much late, as a recorder
-    receiving them after the workcell does."""
+    receiving them after the workcell does. With `box_topic` the box tracker's
+    (TRACKED_BOX_POSE_TOPIC) the box goes there as the tracker publishes it
+    (PoseWithCovarianceStamped); else as a simulator's ground truth (PoseStamped)."""
     from pathlib import Path
 
     from twinloop_logging.bag_writer import BagWriter
     from twinloop_logging.session import SESSION_KEY, SessionInfo
     from twinloop_logging.typedefs import TypeResolver
+    from twinloop_twin.contract import TRACKED_BOX_POSE_TOPIC
     from twinloop_twin.physics import ALL_JOINTS
 
     path = Path(path)
@@ -108,9 +111,12 @@ def write_bag(recording: RecordedMotion, path, *, split: str | None = None, purp
     store = resolver.typestore
     JointState, Header, Time = (store.types[t] for t in ("sensor_msgs/msg/JointState", "std_msgs/msg/Header",
                                                          "builtin_interfaces/msg/Time"))
-    Pose, PoseStamped, Point, Quaternion = (store.types[t] for t in (
+    Pose, PoseStamped, Point, Quaternion, PoseWithCovariance, PoseWithCovarianceStamped = (store.types[t] for t in (
         "geometry_msgs/msg/Pose", "geometry_msgs/msg/PoseStamped", "geometry_msgs/msg/Point",
-        "geometry_msgs/msg/Quaternion"))
+        "geometry_msgs/msg/Quaternion", "geometry_msgs/msg/PoseWithCovariance",
+        "geometry_msgs/msg/PoseWithCovarianceStamped"))
+    tracked = box_topic == TRACKED_BOX_POSE_TOPIC
+    box_kind = "geometry_msgs/msg/PoseWithCovarianceStamped" if tracked else "geometry_msgs/msg/PoseStamped"
     names = list(joint_names or ALL_JOINTS)
     commanded = [names[ALL_JOINTS.index(j)] for j in COMMANDED_JOINTS]
 
@@ -123,7 +129,7 @@ def write_bag(recording: RecordedMotion, path, *, split: str | None = None, purp
                           profile="identification", robot="synthetic")
     writer.custom_data[SESSION_KEY] = session.to_json()
     topics = {"/joint_states": "sensor_msgs/msg/JointState", "/joint_command": "sensor_msgs/msg/JointState",
-              box_topic: "geometry_msgs/msg/PoseStamped"}
+              box_topic: box_kind}
     if applied_topic:
         topics[applied_topic] = "sensor_msgs/msg/JointState"
     for topic, kind in topics.items():
@@ -148,9 +154,10 @@ def write_bag(recording: RecordedMotion, path, *, split: str | None = None, purp
         for t, pose in zip(recording.box_t, recording.box_pose):
             ns, h = header(t, "world")
             x, y, z, qw, qx, qy, qz = (float(v) for v in pose)
-            msg = PoseStamped(header=h, pose=Pose(position=Point(x=x, y=y, z=z),
-                                                  orientation=Quaternion(x=qx, y=qy, z=qz, w=qw)))
-            events.append((ns, box_topic, store.serialize_cdr(msg, "geometry_msgs/msg/PoseStamped")))
+            pose = Pose(position=Point(x=x, y=y, z=z), orientation=Quaternion(x=qx, y=qy, z=qz, w=qw))
+            msg = (PoseWithCovarianceStamped(header=h, pose=PoseWithCovariance(pose=pose, covariance=np.zeros(36)))
+                   if tracked else PoseStamped(header=h, pose=pose))
+            events.append((ns, box_topic, store.serialize_cdr(msg, box_kind)))
     events.sort(key=lambda e: e[0])
     try:
         for ns, topic, data in events:

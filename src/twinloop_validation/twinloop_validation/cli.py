@@ -3,6 +3,7 @@
     twinloop validate run POLICY --twin TWIN [-n 5] [--output FILE]
     twinloop validate score POLICY --twin TWIN BAG [BAG ...] [--output FILE]
     twinloop validate compare ROUND ROUND [ROUND ...]
+    twinloop validate correct --twin TWIN --round ROUND [ROUND ...] [--fit BAG ...] [--widen 2]
 
 `run` sends N trials of the policy folder to the running policy runner (as `twinloop
 trials run`: recorded with the trial profile, split held_out, through the envelope
@@ -26,11 +27,21 @@ and replays/ (the twin's response to each trial, as bags).
 says how well the twin's predicted success tracks and ranks the real one, as SIMPLER and
 SimFoundry report it: Pearson r and the Mean Maximum Rank Violation (MMRV).
 
-Exit codes: 0 scored (whatever the success rate); 2 bad input (no such policy or twin, a
+`correct` writes the twin's next version from the mismatch its rounds measured
+(twinloop_validation.correction): the parameters the mismatch implicates (the box's
+outcome: grip, box mass and friction; a joint's replay beyond its predicted spread: that
+joint's dynamics and the delay) re-identified from the parent's fit bags and the new
+`--fit` bags (e.g. trials recorded with `--split fit`; never a held-out bag, by its split
+and by the lineage's provenance), those the data cannot pin down widened `--widen` times,
+the reasons in the new version's provenance and correction/report.yaml. It prints the
+new version's folder last; nothing is written when the rounds implicate nothing.
+
+Exit codes: 0 scored, compared or corrected (whatever the success rate); 2 bad input (no such policy or twin, a
 bag that is not a held-out trial or that the twin was fit on, no box tracker pose in a
 bag, an existing --output);
 3 the runner is not running on this ROS_DOMAIN_ID or a node it needs is not ready; 4 the
-trials failed to run (the message says why); 130 cancelled by Ctrl-C.
+trials failed to run, or correction's identification failed (the message says why); 130
+cancelled by Ctrl-C.
 """
 from __future__ import annotations
 
@@ -42,7 +53,8 @@ import sys
 import time
 from pathlib import Path
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT, EXIT_FAILED = 2, 4
+WIDEN = 2.0  # twinloop_validation.correction.WIDEN
 STALE_Z = 3.0  # twinloop_validation.scoring.STALE_Z (not imported here: --help stays quick)
 
 
@@ -66,9 +78,21 @@ def main(argv: list[str] | None = None) -> int:
     score.add_argument("bags", nargs="+", help="trial bags (split held_out)")
     compare = commands.add_parser("compare", help="sim-vs-real agreement over several policies' rounds")
     compare.add_argument("rounds", nargs="+", help="round folders (each with its report.json)")
+    correct = commands.add_parser("correct", help="the twin's next version from its rounds' mismatch")
+    correct.add_argument("--twin", required=True, help="the twin version the rounds were scored against")
+    correct.add_argument("--round", nargs="+", required=True, dest="rounds", help="round folders (report.json)")
+    correct.add_argument("--fit", nargs="*", default=[], help="new fit bags (split fit), besides the twin's own")
+    correct.add_argument("--widen", type=float, default=WIDEN, help="std factor for implicated parameters the data "
+                         "cannot pin down")
+    correct.add_argument("--stale-z", type=float, default=STALE_Z, help="a trial's joint z above this implicates the "
+                         "joint")
     args = parser.parse_args(argv)
     if args.command == "compare":
         return _compare([Path(r) for r in args.rounds])
+    if args.command == "correct":
+        if not args.widen >= 1.0 or not args.stale_z > 0:
+            parser.error(f"--widen {args.widen} / --stale-z {args.stale_z}: give a factor >= 1 and a z above 0")
+        return _correct(args)
     if args.draws < 0 or not args.stale_z > 0:
         parser.error(f"--draws {args.draws} / --stale-z {args.stale_z}: give draws >= 0 and a z above 0")
     if args.command == "run" and args.trials < 1:
@@ -83,20 +107,55 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args, scorer, spec, output)
 
 
+def _read_rounds(rounds: list[Path]) -> list[dict]:
+    from twinloop_validation.scoring import ValidationError
+
+    reports = []
+    for folder in rounds:
+        try:
+            reports.append(json.loads((folder / "report.json").read_text()))
+        except (OSError, ValueError) as error:
+            raise ValidationError(f"{folder}: no readable report.json ({error}); give the folders "
+                                  "`twinloop validate run|score` wrote") from None
+    return reports
+
+
+def _correct(args) -> int:
+    from twinloop_builder.identification import IdentificationCancelled, IdentificationError
+    from twinloop_builder.recording import RecordingError
+    from twinloop_ros.command_line import Progress
+    from twinloop_twin.bundle import TwinError
+    from twinloop_validation.correction import correct_twin, format_correction
+    from twinloop_validation.scoring import ValidationError
+
+    progress = Progress()
+    try:
+        reports = _read_rounds([Path(r) for r in args.rounds])
+        result = correct_twin(Path(args.twin), reports, args.fit, widen=args.widen, stale_z=args.stale_z,
+                              progress=lambda stage, fraction, message: progress(message),
+                              say=lambda text: print(text, flush=True))
+    except (ValidationError, RecordingError, TwinError, OSError) as error:
+        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (IdentificationError, IdentificationCancelled) as error:
+        print(f"twinloop validate: error: correction's identification failed: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("twinloop validate: interrupted; nothing written", file=sys.stderr)
+        return 130
+    if result is not None:
+        print(format_correction(result))
+        print(result.twin_path)
+    return 0
+
+
 def _compare(rounds: list[Path]) -> int:
     from dataclasses import asdict
 
     from twinloop_validation.scoring import ValidationError, compare_rounds, format_comparison
 
     try:
-        reports = []
-        for folder in rounds:
-            try:
-                reports.append(json.loads((folder / "report.json").read_text()))
-            except (OSError, ValueError) as error:
-                raise ValidationError(f"{folder}: no readable report.json ({error}); give the folders "
-                                      "`twinloop validate run|score` wrote") from None
-        comparison = compare_rounds(reports)
+        comparison = compare_rounds(_read_rounds(rounds))
     except ValidationError as error:
         print(f"twinloop validate: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

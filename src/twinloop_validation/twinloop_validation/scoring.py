@@ -182,18 +182,21 @@ class TrialScorer:
         from twinloop_twin.bundle import load_twin
         from twinloop_twin.kinematics import UrdfTransforms
         from twinloop_twin.nominal import load_scene, load_twin_workcell
+        from twinloop_twin.parameters import ParameterSet
 
         twin = load_twin(Path(self.twin_path))
         workcell = load_twin_workcell(twin)
         self.twin_label = f"{twin.workcell}/v{twin.version}"
         self.twin_version = twin.version
-        self._fit_bags = {bag.sha256 for bag in twin.manifest.provenance.source_bags}
+        # the bags it was fit on (held-out ones in its provenance only scored it: they may be judged again)
+        self._fit_bags = {bag.sha256 for bag in twin.manifest.provenance.source_bags if bag.split == "fit"}
         self._workcell = workcell
         self._sim = WorkcellSimulation(workcell, model=load_scene(twin))
         self._kinematics = UrdfTransforms(workcell.urdf_xml)
         self._rest_z = float(self._sim.box_qpos()[2])
         # the identified parameters with a measured spread: what the staleness check samples
         self.uncertain = {n: p for n, p in twin.parameters.items() if p.identifiable and p.std > 0}
+        self._uncertain_set = ParameterSet(self.uncertain)
         self._rng = np.random.default_rng(self.seed)
 
     def score(self, bag_path: Path | str, replay_dir: Path | None = None) -> TrialScore:
@@ -207,17 +210,17 @@ class TrialScorer:
             raise ValidationError(f"{bag_path} is a recording twin {self.twin_label} was built from (its provenance): "
                                   "a twin is judged on trials it has not seen; record new held-out trials")
         try:
-            with open_bag(bag_path) as bag:
+            with open_bag(bag_path) as bag:  # the split first: nothing else is read from a fit bag
                 session = bag.session
                 if session is None or session.split != "held_out":
                     split = session.split if session is not None else "no session metadata"
                     raise ValidationError(f"{bag_path} was recorded with split '{split}': validation judges only "
                                           "held-out trials (record them with `twinloop validate run`, or "
                                           "`twinloop trials --split held_out`)")
-                start_ns = int(bag.joint_states("/joint_states").stamps_ns[0])
-                box = read_tracked_box(bag, start_ns)
-                envelope = read_envelope(bag)
             run = load_recorded_run(bag_path, list(self._sim.commandable_joints))
+            with open_bag(bag_path) as bag:
+                box = read_tracked_box(bag, run.start_ns)
+                envelope = read_envelope(bag)
         except (BagError, ReplayError) as error:
             raise ValidationError(str(error)) from error
         start, end = box.start(self.window_s), box.end(self.window_s)
@@ -258,7 +261,6 @@ class TrialScorer:
         from twinloop_sim.replay import replay
         from twinloop_sim.workcell_sim import WorkcellSimulation
         from twinloop_twin.model_parameters import apply_parameters, sample_parameters
-        from twinloop_twin.parameters import ParameterSet
 
         if self.draws <= 0 or not self.uncertain:
             return {}, float("nan")
@@ -267,7 +269,7 @@ class TrialScorer:
         squares = np.zeros(len(arm))
         for _ in range(self.draws):
             model = copy.copy(self._sim.model)
-            apply_parameters(model, sample_parameters(ParameterSet(self.uncertain), self._rng))
+            apply_parameters(model, sample_parameters(self._uncertain_set, self._rng))
             drawn = replay(run, WorkcellSimulation(self._workcell, model=model), self._kinematics)
             squares += np.mean((drawn.twin_q[:, mean_columns] - mean_q) ** 2, axis=0)
         spread = np.sqrt(squares / self.draws + SPREAD_FLOOR_RAD ** 2)

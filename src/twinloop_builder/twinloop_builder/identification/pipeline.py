@@ -95,5 +95,7 @@ def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[Reco
                                   derived=found.derived)
     if held_out:
         progress("held_out", 0.0, f"predicting {len(held_out)} held-out recording(s)")
-        result.set_held_out(score_held_out(spec, prior, result.values(), held_out, settings))
+        # what the new version will hold: a parameter the data did not pin down keeps its prior
+        written = {n: e.mean if e.identifiable else prior[n] for n, e in result.estimates.items()}
+        result.set_held_out(score_held_out(spec, prior, written, held_out, settings))
     return result

@@ -75,11 +75,16 @@ class StageOutcome:
 
 @dataclass(frozen=True)
 class HeldOutScore:
-    """Open-loop joint position RMSE of the arm on held-out recordings, prior vs identified."""
+    """Open-loop RMSE on held-out recordings, prior vs identified: the arm's joint positions,
+    its joint efforts, the box's table-plane position (NaN: no recording moved the box)."""
 
     rmse_before_rad: float
     rmse_after_rad: float
     per_joint: dict[str, tuple[float, float]]  # joint -> (before, after)
+    effort_rmse_before_nm: float = float("nan")
+    effort_rmse_after_nm: float = float("nan")
+    box_rmse_before_m: float = float("nan")
+    box_rmse_after_m: float = float("nan")
 
 
 @dataclass
@@ -91,6 +96,7 @@ class IdentificationResult:
     held_out_rmse_before_rad: float = float("nan")
     held_out_rmse_after_rad: float = float("nan")
     held_out_per_joint: dict[str, tuple[float, float]] = field(default_factory=dict)
+    held_out: HeldOutScore | None = None  # every held-out error (set_held_out)
     # combinations the data determines when their parts are not (e.g. box.mass_kg*box.friction)
     derived: dict[str, Estimate] = field(default_factory=dict)
 
@@ -105,3 +111,4 @@ class IdentificationResult:
         self.held_out_rmse_before_rad = score.rmse_before_rad
         self.held_out_rmse_after_rad = score.rmse_after_rad
         self.held_out_per_joint = dict(score.per_joint)
+        self.held_out = score

@@ -61,6 +61,7 @@ class IdentificationSettings:
     # has) or 'ground_truth' (a simulator's own; only for tests and benchmarks that score this)
     box_source: str = "tracked"
     push_max_evaluations: int = 150  # Nelder-Mead budget of the push stage (~0.1 s per evaluation and push)
+    push_start_samples: int = 16  # points over the whole search range that pick the push stage's start (0: none)
     push_surface_samples: int = 40  # cost samples of the push stage's response surface
     push_surface_radius: float = 0.1  # half-width of the sampled region, in log-multipliers (~ +-10 %)
     threads: int = 0  # 0: os.cpu_count()
