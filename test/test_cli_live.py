@@ -269,10 +269,11 @@ def test_trials_run(stack):
 
 
 @pytest.mark.usefixtures("monitor_cleared")
-def test_validate_run(stack):
+def test_validate_run(stack, identification_bags):
     """Held-out trials of a policy trained in the nominal twin, scored against it. The cell's
     hidden physics is config/emulated_truth.yaml, which this policy's grip is not tuned to.
-    What the scoring read from the tracker is checked against the bags' ground truth."""
+    What the scoring read from the tracker is checked against the bags' ground truth. Then
+    staleness and its correction (_staleness_of_a_changed_cell)."""
     import json
 
     from twinloop_policy.policy_spec import load_policy_spec
@@ -330,14 +331,19 @@ def test_validate_run(stack):
     assert not (stack.work / "validation" / "missing").exists()
     assert json.loads(report_path.read_text()) == report
     assert report["summary"]["staleness"]["stale"] is None  # v0 identified nothing: no uncertainty to check
-    _staleness_of_a_changed_cell(stack, [t["bag"] for t in report["trials"]])
+    _staleness_of_a_changed_cell(stack, [t["bag"] for t in report["trials"]], identification_bags[0])
 
 
-def _staleness_of_a_changed_cell(stack, bags: list[str]) -> None:
+def _staleness_of_a_changed_cell(stack, bags: list[str], fit_bag: Path) -> None:
     """The same trials against two twins with a 3 % uncertainty: one of the cell's own physics
-    (current), one of another drawn physics, as after a change of the cell (stale)."""
+    (current), one of another drawn physics, as after a change of the cell (stale). The stale
+    one corrected from a new joint excitation of the cell (the README's line): the next
+    version is current on the same held-out trials."""
     import json
 
+    import yaml
+
+    from twinloop_twin.bundle import load_twin
     from twinloop_twin.nominal import build_twin_from_physics
     from twinloop_twin.truth_draw import draw_truth, truth_yaml
 
@@ -356,6 +362,24 @@ def _staleness_of_a_changed_cell(stack, bags: list[str]) -> None:
         print(name, verdicts[name]["evidence"])
     assert verdicts["current"]["stale"] is False and verdicts["current"]["median_z"] < 1.5
     assert verdicts["changed"]["stale"] is True and verdicts["changed"]["median_z"] > 6.0
+
+    changed = stack.work / "staleness_twins" / "changed" / "emulated" / "v0"
+    done = stack.run(readme("twinloop validate correct --twin TWIN --round ROUND --fit FIT_BAG",
+                            TWIN=str(changed), ROUND="validation/changed", FIT_BAG=str(fit_bag)), 900)
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)
+    corrected = load_twin(done.stdout.strip().splitlines()[-1])
+    provenance = corrected.manifest.provenance
+    assert corrected.version == 1 and provenance.created_by == "correction" and provenance.parent_version == 0
+    assert {Path(b.path).name: b.split for b in provenance.source_bags if b.split == "fit"} == {fit_bag.name: "fit"}
+    report = yaml.safe_load(corrected.file_path("correction/report.yaml").read_text())
+    assert report["reidentified"] and "z " in provenance.note
+    done = stack.run(f"twinloop validate score carry_nominal --twin {corrected.path} --output validation/corrected "
+                     + " ".join(bags), 300)
+    assert done.returncode == 0, done.stderr
+    after = json.loads((stack.work / "validation" / "corrected" / "report.json").read_text())["summary"]["staleness"]
+    print("corrected", after["evidence"])
+    assert after["stale"] is False and after["median_z"] < 0.5 * verdicts["changed"]["median_z"]
 
 
 @pytest.mark.usefixtures("monitor_cleared")

@@ -139,7 +139,8 @@ def test_rounds_of_another_twin_and_agreeing_rounds(cell):
     # uncertainty) implicates nothing, and nothing is written
     agreeing = dict(round_report, trials=[dict(t, box_end_error_m=0.001, staleness_z=0.5,
                                                joint_rmse_rad={j: 0.1 * s for j, s in t["predicted_spread_rad"].items()})
-                                          for t in round_report["trials"]])
+                                          for t in round_report["trials"]],
+                    summary=dict(round_report["summary"], staleness={"stale": False, "median_z": 0.5, "threshold": 3.0}))
     versions = sorted(p.name for p in twin.path.parent.iterdir())
     assert correct_twin(twin.path, [agreeing], [str(fit_bag)]) is None
     assert sorted(p.name for p in twin.path.parent.iterdir()) == versions
@@ -173,4 +174,8 @@ def test_implication_rules_on_hand_built_rounds():
     assert set(GRIP) <= set(handled.names) and "panda_joint2" not in " ".join(handled.names)
     # a threshold of the caller's
     assert implicate([round_of(trial(True, True, "success", 0.004, z4=4.0))], names, stale_z=5.0).names == []
+    # a round that judged the twin stale: the whole arm and the delay, the grip only where the box disagreed
+    stale = dict(round_of(trial(False, False, "miss", 0.004, z4=4.0)),
+                 summary={"staleness": {"stale": True, "median_z": 4.0, "threshold": 3.0}})
+    assert set(implicate([stale], names).names) == {n for n in names if n not in GRIP}
 

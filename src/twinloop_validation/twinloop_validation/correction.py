@@ -12,7 +12,12 @@
      dynamics and gain, and the command delay; in a trial that handled the box (it moved
      or was carried) also the box's and the grip's parameters, because the contact loads
      the arm (measured: a twin whose only error is a box friction x2.5 replays a push
-     15.7 mrad off on panda_joint6, z 14, the right twin 0.34 mrad, z 0.3).
+     15.7 mrad off on panda_joint6, z 14, the right twin 0.34 mrad, z 0.3);
+   - a round that judged the twin stale (median z above the threshold: the cell changed, as
+     after maintenance) implicates the whole arm: the joints its trials hardly moved are
+     as suspect as those they did (seen: a twin of another drawn physics, with only its
+     three worst joints re-identified, left residuals far above the sensor noise on an
+     excitation of every joint, and identification trusted none of them).
 2. **Re-identification** of exactly those parameters (twinloop_builder's identification with
    `select`), on the parent's fit recordings (from its provenance, where still on disk
    with the same content) and the new ones; the held-out recordings (the parent's, and the
@@ -79,6 +84,12 @@ def implicate(reports: Sequence[dict], parameter_names: Sequence[str], stale_z: 
                       f"{policy}: the twin's box ended otherwise than the tracker saw it in {len(wrong)} of "
                       f"{len(trials)} trials (real: {modes}; box end error median {np.median(errors) * 100:.1f} cm, "
                       f"goal radius {radius * 100:.1f} cm)")
+        staleness = report.get("summary", {}).get("staleness", {})
+        if staleness.get("stale"):
+            found.add([n for n in parameter_names if n == DELAY or (n.split(".")[0] in ("joint", "actuator")
+                                                                   and "finger" not in n)],
+                      f"{policy}: the round judged the twin stale (median z {staleness['median_z']:.1f} above "
+                      f"{staleness['threshold']:g}): the cell changed")
         for trial in trials:
             spread = trial.get("predicted_spread_rad") or {}
             handled = trial["failure_mode"] in HANDLED

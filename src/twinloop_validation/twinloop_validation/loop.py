@@ -17,8 +17,13 @@ twins/, bags/, policies, validation/, log/):
    ranges) and `oracle` (the truth file: a measurement only the emulated cell allows);
 5. with the node set up again: held-out trials of each policy on the cell, scored against
    v1 (`twinloop validate run`): real success from the box tracker, v1's prediction,
-   errors, staleness;
-6. how well v1 predicts and ranks the policies (`twinloop validate compare`).
+   errors, staleness; then fit-split trials of each policy (`twinloop trials run --split
+   fit`): new data for the correction, never judged;
+6. how well v1 predicts and ranks the policies (`twinloop validate compare`);
+7. the correction (`twinloop validate correct`): v2 from v1's mismatch, re-identified on
+   v1's fit bags and the fit trials; the same held-out trials scored against v2
+   (`twinloop validate score`) and compared, so that v1 and v2 stand side by side. When
+   the rounds implicate nothing, v1 stays the twin and the loop says so.
 
 The node set is down while identification and training run: on a small host its cameras
 and tracker would take the cores those need (here identification took 801 s beside it).
@@ -26,9 +31,10 @@ and tracker would take the cores those need (here identification took 801 s besi
 Each stage is the `twinloop` command the README shows, run as a subprocess in the run
 folder: its progress lines (stderr) appear as it runs, its results (stdout) when it ends
 and in log/stages.log; the run stops at the first stage that fails, saying which.
-`--quick` uses short recordings (8 s fit, 5 s held-out), the short training setting and 2
-trials per policy (about 5 minutes here; the tests run it); the default 15 s and 8 s,
-the task file's training setting and `--trials` (10) trials per policy.
+`--quick` uses short recordings (8 s fit, 5 s held-out), the short training setting, 2
+held-out trials and 1 fit trial per policy (about 8 minutes here; the tests run it); the
+default 15 s and 8 s, the task file's training setting, `--trials` (10) held-out trials
+and 2 fit trials per policy.
 
 Exit codes: 0 the loop ran (whatever the success rates); 2 bad input; 3 the node set did
 not come up; 4 a stage failed (its command and output named); 130 Ctrl-C.
@@ -49,8 +55,9 @@ from pathlib import Path
 TWINLOOP = str(Path(sys.executable).parent / "twinloop")
 EXIT_BAD_INPUT, EXIT_NOT_UP, EXIT_FAILED, EXIT_CANCELED = 2, 3, 4, 130
 MODES = ("nominal", "posterior", "wide", "oracle")
-QUICK = {"fit_s": 8, "held_out_s": 5, "training": "--contexts 2 --draws 4 --iterations 2 --episodes 16", "trials": 2}
-FULL = {"fit_s": 15, "held_out_s": 8, "training": "", "trials": 10}
+QUICK = {"fit_s": 8, "held_out_s": 5, "training": "--contexts 2 --draws 4 --iterations 2 --episodes 16", "trials": 2,
+         "fit_trials": 1}
+FULL = {"fit_s": 15, "held_out_s": 8, "training": "", "trials": 10, "fit_trials": 2}
 
 
 class StageFailed(RuntimeError):
@@ -236,19 +243,46 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
         loop.stage(f"twinloop validate run carry_{mode} --twin twins/emulated/v1 -n {setting['trials']} "
                    f"--output validation/carry_{mode}")
         rounds.append(loop.run_dir / "validation" / f"carry_{mode}")
+    fit_trials = []
+    for mode in modes:
+        fit_trials += _trial_bags(loop.stage(f"twinloop trials run carry_{mode} -n {setting['fit_trials']} --split fit"))
     cell.stop()
     if len(rounds) > 1:
         loop.stage("twinloop validate compare " + " ".join(f"validation/{r.name}" for r in rounds))
+    out = loop.stage("twinloop validate correct --twin twins/emulated/v1 --round "
+                     + " ".join(f"validation/{r.name}" for r in rounds) + " --fit " + " ".join(fit_trials))
+    corrected = out.strip().splitlines()[-1] if out.strip() else ""
+    rescored = []
+    if corrected and (loop.run_dir / corrected).is_dir():
+        version = Path(corrected).name
+        for round_dir in rounds:
+            trials = json.loads((round_dir / "report.json").read_text())["trials"]
+            mode = round_dir.name
+            loop.stage(f"twinloop validate score {mode} --twin {corrected} --output validation/{mode}-{version} "
+                       + " ".join(t["bag"] for t in trials))
+            rescored.append(loop.run_dir / "validation" / f"{mode}-{version}")
+        if len(rescored) > 1:
+            loop.stage("twinloop validate compare " + " ".join(f"validation/{r.name}" for r in rescored))
+    else:
+        loop.say("the correction found nothing to correct: v1 stays the twin")
     loop.say("")
     loop.say(f"the loop ran in {time.monotonic() - loop.started:.0f} s; identified twin: "
-             f"{loop.run_dir / 'twins' / 'emulated' / 'v1'}")
+             f"{loop.run_dir / 'twins' / 'emulated' / 'v1'}"
+             + (f"; corrected: {loop.run_dir / corrected}" if rescored else ""))
     for line, seconds in loop.stages:
         loop.say(f"  {seconds:6.0f} s  {line}")
-    for round_dir in rounds:
-        summary = json.loads((round_dir / "report.json").read_text())["summary"]
-        loop.say(f"{round_dir.name}: real success {summary['real_successes']}/{summary['trials']}, v1 predicts "
-                 f"{summary['twin_successes']}/{summary['trials']}; staleness: {summary['staleness']['evidence']}; "
-                 f"report {round_dir / 'report.html'}")
+    for round_dir in rounds + rescored:
+        report = json.loads((round_dir / "report.json").read_text())
+        summary = report["summary"]
+        loop.say(f"{round_dir.name}: real success {summary['real_successes']}/{summary['trials']}, "
+                 f"{report['twin'].split('/')[-1]} predicts {summary['twin_successes']}/{summary['trials']}; staleness: "
+                 f"{summary['staleness']['evidence']}; report {round_dir / 'report.html'}")
+
+
+def _trial_bags(stdout: str) -> list[str]:
+    """The bags `twinloop trials run` recorded: its lines `trial N: ..., bag PATH`."""
+    return [line.rsplit(", bag ", 1)[1].strip() for line in stdout.splitlines()
+            if line.startswith("trial ") and ", bag " in line]
 
 
 def _bag(stdout: str) -> str:
