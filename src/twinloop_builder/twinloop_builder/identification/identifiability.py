@@ -70,7 +70,9 @@ def stage_estimates(stage: Stage, fit: StageFit, prior: Mapping[str, float], set
             else:
                 # log-parametrized: the std of the value is value * std of the log (delta method)
                 std = mean * std_x[i]
-                lo, hi = mean * math.exp(-half[i]), mean * math.exp(half[i])
+                # a direction the data hardly constrain has a huge (or NaN) half-width: no bound
+                width = float(half[i])
+                lo, hi = (mean * math.exp(-width), mean * math.exp(width)) if width < 50.0 else (0.0, math.inf)
             relative = std / abs(mean) if mean else float("inf")
             identifiable = bool(np.isfinite(std) and relative <= settings.max_relative_std and not at_bound
                                 and not inadequate)
