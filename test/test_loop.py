@@ -1,11 +1,14 @@
 """`make demo`'s main job, `twinloop loop`, in its quick setting on a drawn truth (physics
 never tuned to): identification recordings, the identified twin, two policies trained,
-held-out trials of each scored against the identified twin, the comparison.
+held-out trials of each scored against the identified twin, the comparison, fit-split
+trials and the correction; then the same run resumed (nothing run again) and resumed after
+its last stages were lost.
 
 Checked against what the emulated cell knows and the loop may not read: the tracker-judged
 outcome and end pose of every trial against the box's ground truth in the trial bags; the
 identified twin judged current (not stale) by trials on the cell it was identified from;
-identification improving the held-out replay.
+identification improving the held-out replay; the correction's decision against the
+rounds' numbers, and a corrected version's provenance against the bags' own splits.
 """
 from __future__ import annotations
 
@@ -63,3 +66,67 @@ def test_quick_loop_on_drawn_physics(tmp_path):
         assert staleness["stale"] is False, staleness
         assert (run_dir / "validation" / policy / "report.html").is_file()
     assert "MMRV" in done.stdout
+    _correction(run_dir, done.stdout)
+    _resume(tmp_path, run_dir, done.stdout)
+
+
+def _correction(run_dir: Path, stdout: str) -> None:
+    """The loop corrected v1 exactly when its rounds implicate a parameter; a corrected v2
+    was fit on fit-split bags only (their own session metadata), the held-out trials scored it."""
+    from twinloop_builder.recording import bag_sha256
+    from twinloop_twin.bundle import list_versions, load_twin_version
+    from twinloop_validation.correction import implicate
+
+    rounds = [json.loads((run_dir / "validation" / p / "report.json").read_text())
+              for p in ("carry_nominal", "carry_posterior")]
+    v1 = load_twin_version(run_dir / "twins", "emulated", 1)
+    implicated = implicate(rounds, list(v1.parameters)).names
+    print("the rounds implicate", implicated or "nothing")
+    versions = list_versions(run_dir / "twins", "emulated")
+    if not implicated:
+        assert versions == [0, 1] and "found nothing to correct" in stdout
+        return
+    assert versions == [0, 1, 2]
+    v2 = load_twin_version(run_dir / "twins", "emulated", 2)
+    provenance = v2.manifest.provenance
+    assert provenance.created_by == "correction" and provenance.parent_version == 1
+    held_out = {bag_sha256(t["bag"]) for r in rounds for t in r["trials"]}
+    for bag in provenance.source_bags:
+        with open_bag(bag.path) as recording:
+            assert recording.session.split == bag.split, bag
+        assert bag.split == "held_out" or bag.sha256 not in held_out, bag
+    assert held_out <= {b.sha256 for b in provenance.source_bags if b.split == "held_out"}
+    for policy in ("carry_nominal", "carry_posterior"):
+        again = json.loads((run_dir / "validation" / f"{policy}-v2" / "report.json").read_text())
+        first = json.loads((run_dir / "validation" / policy / "report.json").read_text())
+        assert again["twin"] == "emulated/v2" and [t["bag"] for t in again["trials"]] == [t["bag"] for t in first["trials"]]
+
+
+def _resume(tmp_path: Path, run_dir: Path, stdout: str) -> None:
+    """Resumed when finished: every stage done earlier, the node set never started, the same
+    summary. Resumed after its last stage was lost (log/done.json without it): that stage
+    alone runs again."""
+    env = localhost_env(fresh_domain_id())
+    done_file = run_dir / "log" / "done.json"
+    stages = json.loads(done_file.read_text())
+    bringups = sorted(p.name for p in (run_dir / "log").glob("bringup*.log"))
+    again = subprocess.run([TWINLOOP, "loop", "--resume", str(run_dir)], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("done earlier: ") == len(stages) and "$ twinloop" not in again.stdout
+    assert sorted(p.name for p in (run_dir / "log").glob("bringup*.log")) == bringups
+    summary = [line for line in stdout.splitlines() if line.startswith("carry_")]
+    assert summary and all(line in again.stdout for line in summary)
+    last = stages[-1]["line"]
+    assert "--output" not in last, last  # (a stage with an output folder refuses to write into it again)
+    done_file.write_text(json.dumps(stages[:-1]))
+    again = subprocess.run([TWINLOOP, "loop", "--resume", str(run_dir)], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    ran = [line.split("$ ", 1)[1] for line in again.stdout.splitlines() if "] $ twinloop" in line]
+    assert ran == [last], ran
+    assert [e["line"] for e in json.loads(done_file.read_text())] == [e["line"] for e in stages]
+    # a resume with settings of its own is refused: the run's are in its log/loop.json
+    refused = subprocess.run([TWINLOOP, "loop", "--resume", str(run_dir), "--trials", "3"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "do not give --trials" in refused.stderr

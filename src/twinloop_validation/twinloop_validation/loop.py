@@ -1,6 +1,7 @@
 """twinloop loop: the whole loop on a workcell, one stage after the other, as a user runs it.
 
     twinloop loop [--quick] [--truth-file F] [--run-dir DIR] [--trials N] [--modes nominal,posterior]
+    twinloop loop --resume DIR
 
 In a new run folder (default runs/<UTC time>/; everything the run writes lands there:
 twins/, bags/, policies, validation/, log/):
@@ -36,6 +37,13 @@ held-out trials and 1 fit trial per policy (about 8 minutes here; the tests run 
 default 15 s and 8 s, the task file's training setting, `--trials` (10) held-out trials
 and 2 fit trials per policy.
 
+Resumable: each finished stage is written to log/done.json (its command line and output)
+as it ends, the run's settings to log/loop.json. `--resume DIR` runs the same loop in DIR
+with those settings: a finished stage is not run again (its artefacts are on disk: the
+bags, twin versions, policies and rounds it wrote), the node set starts only for a stage
+that needs the cell. A stage that was interrupted runs again; one whose output folder it
+left behind refuses to write into it (the message names it: move it aside, then resume).
+
 Exit codes: 0 the loop ran (whatever the success rates); 2 bad input; 3 the node set did
 not come up; 4 a stage failed (its command and output named); 130 Ctrl-C.
 """
@@ -65,10 +73,14 @@ class StageFailed(RuntimeError):
 
 
 class Loop:
-    def __init__(self, run_dir: Path, env: dict, say=print) -> None:
-        self.run_dir, self.env, self.say = run_dir, env, say
+    def __init__(self, run_dir: Path, env: dict, say=print, cell: "NodeSet | None" = None) -> None:
+        self.run_dir, self.env, self.say, self.cell = run_dir, env, say, cell
         self.started = time.monotonic()
         self.stages: list[tuple[str, float]] = []
+        self.done_file = run_dir / "log" / "done.json"
+        self.done: dict[str, str] = {}  # command line -> its stdout, of the stages finished (in any run)
+        if self.done_file.is_file():
+            self.done = {entry["line"]: entry["stdout"] for entry in json.loads(self.done_file.read_text())}
 
     def recording(self, line: str, retries: int = 2) -> str:
         """A stage that streams to the robot through the monitor: when the monitor stopped it
@@ -78,7 +90,7 @@ class Loop:
         attempt = 0
         while True:
             try:
-                return self.stage(line)
+                return self.stage(line, cell=True)
             except StageFailed:
                 status = subprocess.run([TWINLOOP, "monitor", "status"], cwd=self.run_dir, env=self.env,
                                         capture_output=True, text=True).stdout
@@ -87,10 +99,17 @@ class Loop:
             attempt += 1
             self.say(f"the envelope monitor faulted on a paused command stream ({status.strip()}); the sender was "
                      "held by the host: resetting the fault and running the stage again")
-            self.stage("twinloop monitor reset --note loop-retry-after-a-paused-stream")
+            self.stage("twinloop monitor reset --note loop-retry-after-a-paused-stream", cell=True, once=False)
 
-    def stage(self, line: str, timeout_s: float = 3600.0) -> str:
-        """Run one `twinloop ...` line in the run folder; its stdout (its stderr is passed through)."""
+    def stage(self, line: str, timeout_s: float = 3600.0, cell: bool = False, once: bool = True) -> str:
+        """Run one `twinloop ...` line in the run folder; its stdout (its stderr is passed
+        through). A line finished before (log/done.json) is not run again (`once`); `cell`:
+        the stage talks to the cell, so the node set is started first if it is down."""
+        if once and line in self.done:
+            self.say(f"[{time.monotonic() - self.started:7.1f} s] done earlier: {line}")
+            return self.done[line]
+        if cell and self.cell is not None:
+            self.cell.start()
         self.say(f"[{time.monotonic() - self.started:7.1f} s] $ {line}")
         started = time.monotonic()
         process = subprocess.Popen([TWINLOOP, *shlex.split(line)[1:]], cwd=self.run_dir, env=self.env,
@@ -112,6 +131,12 @@ class Loop:
             self.say(f"    {text}")
         if process.returncode != 0:
             raise StageFailed(f"`{line}` exit {process.returncode} (its message is above)")
+        if once:
+            self.done[line] = stdout
+            entries = [{"line": k, "stdout": v} for k, v in self.done.items()]
+            temporary = self.done_file.with_suffix(".json.tmp")
+            temporary.write_text(json.dumps(entries, indent=1))
+            os.replace(temporary, self.done_file)  # whole or not at all, whenever the loop is stopped
         return stdout
 
 
@@ -129,7 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=None, help="held-out trials per policy (default 10; quick 2)")
     parser.add_argument("--modes", default="nominal,posterior", help="variation modes to train and validate, "
                         "comma-separated, of nominal, posterior, wide, oracle")
+    parser.add_argument("--resume", default="", metavar="DIR", help="go on with the run in DIR, with its settings "
+                        "(log/loop.json), from its first unfinished stage")
     args = parser.parse_args(argv)
+    if args.resume:
+        given = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+                 if k != "resume" and v != parser.get_default(k)]
+        if given:
+            parser.error(f"--resume takes the run's own settings (its log/loop.json); do not give {' '.join(given)}")
+        run_dir = Path(args.resume).resolve()
+        try:
+            settings = json.loads((run_dir / "log" / "loop.json").read_text())
+            args = argparse.Namespace(**{**vars(args), **settings})
+        except (OSError, ValueError, TypeError) as error:
+            print(f"twinloop loop: error: {run_dir} is not a run folder of twinloop loop (no readable log/loop.json: "
+                  f"{error}); give the folder a run printed", file=sys.stderr)
+            return EXIT_BAD_INPUT
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(modes) - set(MODES))
     if unknown or not modes or len(set(modes)) != len(modes):
@@ -146,30 +186,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"twinloop loop: error: truth file {truth} not found; give an existing physics YAML "
               "(e.g. config/emulated_truth.yaml)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    run_dir = Path(args.run_dir or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
-    if run_dir.exists():
-        print(f"twinloop loop: error: {run_dir} exists; a run never writes into an earlier one: give another "
-              "--run-dir", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    (run_dir / "log").mkdir(parents=True)
+    if not args.resume:
+        run_dir = Path(args.run_dir or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
+        if run_dir.exists():
+            print(f"twinloop loop: error: {run_dir} exists; a run never writes into an earlier one: give another "
+                  "--run-dir, or go on with it: --resume", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        (run_dir / "log").mkdir(parents=True)
+        (run_dir / "log" / "loop.json").write_text(json.dumps(
+            {"quick": args.quick, "truth_file": str(truth), "no_workcell": args.no_workcell, "trials": args.trials,
+             "modes": ",".join(modes)}, indent=1))
     from twinloop_ros.process import fresh_domain_id, localhost_env
     # the robot driver's domain on a real cell; a private one beside the emulated cell
     domain = os.environ.get("ROS_DOMAIN_ID", "")
     env = localhost_env(int(domain or 0) if args.no_workcell or domain else fresh_domain_id())
-    print(f"twinloop loop: run folder {run_dir}; ROS domain {env['ROS_DOMAIN_ID']}, localhost only; "
-          f"{'quick' if args.quick else 'full'} setting", flush=True)
-    loop = Loop(run_dir, env, say=lambda text: print(text, flush=True))
+    print(f"twinloop loop: run folder {run_dir}{' (resumed)' if args.resume else ''}; ROS domain "
+          f"{env['ROS_DOMAIN_ID']}, localhost only; {'quick' if args.quick else 'full'} setting", flush=True)
     cell = NodeSet(run_dir, env, ["--no-workcell"] if args.no_workcell else ["--truth-file", str(truth)])
+    loop = Loop(run_dir, env, say=lambda text: print(text, flush=True), cell=cell)
+    resume = f"; go on with `twinloop loop --resume {run_dir}`"
     try:
         _stages(loop, cell, setting, modes, truth)
     except NodeSetDown as error:
-        print(f"twinloop loop: error: {error}", file=sys.stderr)
+        print(f"twinloop loop: error: {error}{resume}", file=sys.stderr)
         return EXIT_NOT_UP
     except StageFailed as error:
-        print(f"twinloop loop: error: {error}", file=sys.stderr)
+        print(f"twinloop loop: error: {error}{resume}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("twinloop loop: interrupted", file=sys.stderr)
+        print(f"twinloop loop: interrupted{resume}", file=sys.stderr)
         return EXIT_CANCELED
     finally:
         cell.stop()
@@ -189,7 +234,10 @@ class NodeSet:
         self.starts = 0
 
     def start(self, timeout_s: float = 180.0) -> None:
-        """Up once the monitor answers (the runner, tracker and builder come up beside it)."""
+        """Up once the monitor answers (the runner, tracker and builder come up beside it);
+        nothing to do when it is up."""
+        if self.process is not None and self.process.poll() is None:
+            return
         self.starts += 1
         log = open(self.run_dir / "log" / f"bringup{self.starts}.log", "w")
         self.process = subprocess.Popen([TWINLOOP, "bringup", "--log-dir", f"log/bringup{self.starts}",
@@ -223,29 +271,27 @@ class NodeSet:
 
 def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: Path) -> None:
     loop.stage("twinloop twin build-nominal")
-    loop.say("starting the node set for the identification recordings")
-    cell.start()
     fit = _bag(loop.recording(f"twinloop build excite --kind joints --split fit --duration {setting['fit_s']}"))
     held_out = _bag(loop.recording(f"twinloop build excite --kind joints --split held_out --seed 7 "
                                    f"--duration {setting['held_out_s']}"))
     pushes = _bag(loop.recording("twinloop build excite --kind pushes --split fit"))
-    cell.stop()
-    loop.say("node set stopped: identification and training have the cores")
+    if cell.process is not None:
+        cell.stop()
+        loop.say("node set stopped: identification and training have the cores")
     loop.stage(f"twinloop build build --fit {fit} {pushes} --held-out {held_out}")
     for mode in modes:
         source = {"nominal": "--twin twins/emulated/v0", "oracle": f"--oracle-physics {truth}"}.get(
             mode, "--twin twins/emulated/v1")
         loop.stage(f"twinloop policy train carry_{mode} --mode {mode} {source} {setting['training']}".strip())
-    loop.say("starting the node set for the held-out trials")
-    cell.start()
     rounds = []
     for mode in modes:
         loop.stage(f"twinloop validate run carry_{mode} --twin twins/emulated/v1 -n {setting['trials']} "
-                   f"--output validation/carry_{mode}")
+                   f"--output validation/carry_{mode}", cell=True)
         rounds.append(loop.run_dir / "validation" / f"carry_{mode}")
     fit_trials = []
     for mode in modes:
-        fit_trials += _trial_bags(loop.stage(f"twinloop trials run carry_{mode} -n {setting['fit_trials']} --split fit"))
+        fit_trials += _trial_bags(loop.stage(f"twinloop trials run carry_{mode} -n {setting['fit_trials']} --split fit",
+                                             cell=True))
     cell.stop()
     if len(rounds) > 1:
         loop.stage("twinloop validate compare " + " ".join(f"validation/{r.name}" for r in rounds))
