@@ -137,3 +137,30 @@ def test_build_action_identifies_the_emulated_workcell(cell):
         if not name.startswith("joint.") or name.endswith(".damping"):  # goal 5 %: gains, damping, delay
             assert abs(p.mean / truth[name] - 1) <= 0.05, (name, p.mean, truth[name])
     assert [b.split for b in twin.manifest.provenance.source_bags] == ["fit", "held_out"]
+
+
+def test_the_newest_versions_standing_on_diagnostics_and_rviz(cell):
+    """A validation round's verdict (twinloop_twin.status) reaches /diagnostics (WARN when
+    stale, with the evidence) and the RViz text marker on /twin_builder/twin_status."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    from twinloop_ros.qos import LATCHED
+    from twinloop_twin.bundle import latest_version
+    from twinloop_twin.status import record_verdict
+    from visualization_msgs.msg import MarkerArray
+
+    probe, root = cell["probe"], cell["tmp"] / "twins"
+    version = latest_version(root, "emulated")
+    diagnostics = probe.collect(DiagnosticArray, "/diagnostics")
+    markers = probe.collect(MarkerArray, "/twin_builder/twin_status", LATCHED)
+    for stale, level, word in ((True, DiagnosticStatus.WARN, "STALE"), (False, DiagnosticStatus.OK, "current")):
+        record_verdict(root / "emulated" / f"v{version}", stale, f"median z {9.0 if stale else 0.4}", "round.json")
+        since = len(diagnostics), len(markers)
+
+        def seen() -> bool:
+            twin = [s for _, a in diagnostics[since[0]:] for s in a.status if s.name == "twinloop twin emulated"]
+            text = [m.text for _, a in markers[since[1]:] for m in a.markers]
+            return any(s.level == level and word in s.message for s in twin) and any(word in t for t in text)
+        probe.wait_for(seen, 15.0, f"the twin's standing {word} on /diagnostics and ~/twin_status")
+    status = [s for _, a in diagnostics for s in a.status if s.name == "twinloop twin emulated"][-1]
+    assert status.message.startswith(f"v{version} current (checked ") and "median z 0.4" in status.message
+    assert {k.key: k.value for k in status.values}["round"] == "round.json"

@@ -7,7 +7,10 @@ not be identified. A goal with a scan bag instead builds the next version's geom
 (twinloop_builder.geometry.from_scan). Feedback carries the stage, a 0..1 progress and a
 message; a cancel request stops the optimizer at its next iteration and writes nothing.
 The latest version's measured geometry (scan surface, scanned objects) is published
-latched on `~/geometry_markers` for RViz, at start and after each build.
+latched on `~/geometry_markers` for RViz, at start and after each build. Every
+`status_period_s` the newest version's standing (twinloop_twin.status: current, STALE with
+the evidence, or not checked; validation rounds record it) goes to `/diagnostics` and, as a
+text marker above the table, latched on `~/twin_status`.
 """
 from __future__ import annotations
 
@@ -21,14 +24,18 @@ from rclpy.node import Node
 from twinloop_interfaces.action import BuildTwin
 from twinloop_interfaces.msg import ErrorCode
 
+from diagnostic_msgs.msg import DiagnosticArray
+
 from twinloop_builder.build import build_identified_twin
 from twinloop_builder.geometry.from_scan import SCAN_ERRORS, ScanBuildSettings, build_geometry_from_scan
 from twinloop_builder.geometry.markers import geometry_markers
 from twinloop_builder.identification import IdentificationCancelled, IdentificationError, IdentificationSettings
 from twinloop_builder.recording import RecordingError
+from twinloop_builder.twin_status import diagnostic, newest_standing, status_marker
 from twinloop_ros.node import StartupError, declare, run_node
-from twinloop_ros.qos import LATCHED
+from twinloop_ros.qos import LATCHED, RELIABLE
 from twinloop_twin.bundle import TwinError, TwinIntegrityError, TwinVersionExists, latest_version, load_twin_version
+from std_msgs.msg import Header
 from visualization_msgs.msg import MarkerArray
 
 
@@ -48,11 +55,13 @@ class TwinBuilder(Node):
             "effort_std_nm": (0.1, "N*m, joint effort noise used to weight residuals"),
             "box_position_std_m": (0.001, "m, box position noise used to weight residuals"),
             "scan_voxel_m": (0.004, "m, TSDF voxel of geometry builds from a scan"),
+            "status_period_s": (5.0, "s, how often the newest version's standing goes to /diagnostics and "
+                                     "~/twin_status"),
         })
         if not 0.0 < self.p["confidence"] < 1.0:
             raise StartupError(f"confidence must be in (0, 1), got {self.p['confidence']}")
-        if self.p["max_iterations"] < 1 or self.p["min_duration_s"] <= 0:
-            raise StartupError("max_iterations must be >= 1 and min_duration_s > 0")
+        if self.p["max_iterations"] < 1 or self.p["min_duration_s"] <= 0 or not self.p["status_period_s"] > 0:
+            raise StartupError("max_iterations must be >= 1, min_duration_s and status_period_s > 0")
         self.settings = IdentificationSettings(
             max_iterations=self.p["max_iterations"], confidence=self.p["confidence"],
             max_relative_std=self.p["max_relative_std"], min_duration_s=self.p["min_duration_s"],
@@ -67,11 +76,22 @@ class TwinBuilder(Node):
         self.markers_pub = self.create_publisher(MarkerArray, "~/geometry_markers", LATCHED)
         # Once, off the start-up path: loading a twin and decimating its scan surface takes up to ~0.5 s.
         self._first_markers = self.create_timer(0.0, self._publish_first_markers)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", RELIABLE)
+        self.status_pub = self.create_publisher(MarkerArray, "~/twin_status", LATCHED)
+        self._status_timer = self.create_timer(self.p["status_period_s"], self.publish_status)
         self.get_logger().info(f"twin builder up: twins in {Path(self.p['twins_root']).resolve()}")
 
     def _publish_first_markers(self) -> None:
         self._first_markers.cancel()
         self.publish_geometry(self.p["default_workcell"])
+
+    def publish_status(self) -> None:
+        workcell = self.p["default_workcell"]
+        version, verdict, problem = newest_standing(self.p["twins_root"], workcell)
+        status = diagnostic(workcell, version, verdict, problem)
+        self.diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=self.get_clock().now().to_msg()),
+                                                     status=[status]))
+        self.status_pub.publish(status_marker(workcell, version, verdict))
 
     def publish_geometry(self, workcell: str) -> None:
         """The latest version's geometry on ~/geometry_markers (nothing when there is no twin)."""

@@ -1,8 +1,8 @@
 """twinloop twin: inspect, verify, build and export twin versions.
 
     twinloop twin build-nominal [--root twins] [--workcell emulated]   # writes v0, or verifies it
-    twinloop twin list [--root twins] [--workcell emulated]
-    twinloop twin show twins/emulated/v0          # provenance and parameters (mean ± std)
+    twinloop twin list [--root twins] [--workcell emulated]   # versions, each current / STALE / not checked
+    twinloop twin show twins/emulated/v0          # status, provenance and parameters (mean ± std)
     twinloop twin verify twins/emulated/v0        # re-hash every file
     twinloop twin export-usd twins/emulated/v0 out.usda   # never over an existing file
 
@@ -66,16 +66,23 @@ def _run(args) -> int:
         if not (Path(args.root) / args.workcell).is_dir():
             raise TwinError(f"no twins of workcell '{args.workcell}' under {Path(args.root)}; check --root and "
                             "--workcell, or write v0 with `twinloop twin build-nominal`")
+        from twinloop_twin.status import describe, load_verdicts
+        verdicts = load_verdicts(Path(args.root), args.workcell)
         for version in list_versions(Path(args.root), args.workcell):
-            print(f"{args.workcell} v{version}")
+            print(f"{args.workcell} v{version}: {describe(verdicts.get(version))}")
     elif args.command == "verify":
         bundle = load_twin(Path(args.twin))
         print(f"{bundle.path}: {len(bundle.manifest.files)} files match their sha256")
     elif args.command == "show":
         bundle = load_twin(Path(args.twin))
         provenance = bundle.manifest.provenance
+        from twinloop_twin.status import describe, load_verdicts
         print(f"{bundle.workcell} v{bundle.version}  created {provenance.created_at} by {provenance.created_by}"
               f"  parent {provenance.parent_version}")
+        verdict = load_verdicts(bundle.path.parent.parent, bundle.workcell).get(bundle.version)
+        print(f"  status: {describe(verdict)}" + (f"; round {verdict.round}" if verdict else ""))
+        if provenance.note:
+            print(f"  note: {provenance.note}")
         for bag in provenance.source_bags:
             print(f"  source bag {bag.path} ({bag.split}, {bag.purpose}) sha256 {bag.sha256[:12]}")
         for name, p in bundle.parameters.items():

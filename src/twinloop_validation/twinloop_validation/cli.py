@@ -216,6 +216,10 @@ def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float) -> int:
     body = report(scores, summary, policy=spec.policy_version, twin=scorer.twin_label, twin_path=str(scorer.twin_path),
                   goal_box_xy=list(scorer.goal.xy), goal_radius_m=scorer.goal.radius_m, summary_line=line)
     (output / "report.json").write_text(json.dumps(body, indent=1, allow_nan=True))
+    if summary.staleness["stale"] is not None:  # the twin's standing, for twin list/show, diagnostics and RViz
+        from twinloop_twin.status import record_verdict
+        record_verdict(scorer.twin_path, summary.staleness["stale"], summary.staleness["evidence"],
+                       str(output / "report.json"))
     progress("writing the HTML page")
     write_round_html(output)
     print(f"report: {output / 'report.json'} and {output / 'report.html'}")
