@@ -1,4 +1,4 @@
-"""twinloop demo: the embedded default end to end as far as the suite goes today (`make demo`).
+"""twinloop demo: a 6 s tour of the emulated workcell through the monitor, recorded and replayed.
 
 1. writes (or verifies) the nominal twin v0 of the emulated workcell,
 2. brings up the emulated workcell (MuJoCo with hidden true physics, a stand-in for
@@ -9,7 +9,8 @@
 4. prints what it observed: contract rates, delivery latency, tracking error, what the
    monitor forwarded, what the recorder kept,
 5. replays the recorded run in the nominal twin and prints how far its prediction is off.
-Later stages (calibration, identification, policy training, validation) extend it.
+The whole loop (identification, training, validation, correction) is `twinloop loop`,
+which `make demo` runs.
 The monitor and the recorder are driven through twinloop_ros.clients, as a user's tool would.
 
 Exit codes: 0 done; 1 the stack did not come up, a node refused, or the monitor stopped
@@ -44,7 +45,8 @@ def say(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="twinloop demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--truth-file", default=str(default_config_dir() / "emulated_truth.yaml"),
                         help="hidden physics of the emulated workcell")
     parser.add_argument("--twins", default="twins", help="root folder of twin versions")

@@ -30,15 +30,16 @@ SimFoundry report it: Pearson r and the Mean Maximum Rank Violation (MMRV).
 `correct` writes the twin's next version from the mismatch its rounds measured
 (twinloop_validation.correction): the parameters the mismatch implicates (the box's
 outcome: grip, box mass and friction; a joint's replay beyond its predicted spread: that
-joint's dynamics and the delay) re-identified from the parent's fit bags and the new
+joint's dynamics and gain and the delay, and the box and grip where the trial moved the
+box; a round judged stale: the whole arm) re-identified from the parent's fit bags and the new
 `--fit` bags (e.g. trials recorded with `--split fit`; never a held-out bag, by its split
 and by the lineage's provenance), those the data cannot pin down widened `--widen` times,
 the reasons in the new version's provenance and correction/report.yaml. It prints the
 new version's folder last; nothing is written when the rounds implicate nothing.
 
-Exit codes: 0 scored, compared or corrected (whatever the success rate); 2 bad input (no such policy or twin, a
-bag that is not a held-out trial or that the twin was fit on, no box tracker pose in a
-bag, an existing --output);
+Exit codes: 0 scored, compared or corrected (whatever the success rate); 2 bad input (no
+such policy or twin, a bag that is not a held-out trial or that the twin was fit on, no
+box tracker pose in a bag, an existing --output, a round's report.json unreadable);
 3 the runner is not running on this ROS_DOMAIN_ID or a node it needs is not ready; 4 the
 trials failed to run, or correction's identification failed (the message says why); 130
 cancelled by Ctrl-C.
@@ -78,20 +79,30 @@ def main(argv: list[str] | None = None) -> int:
     score.add_argument("bags", nargs="+", help="trial bags (split held_out)")
     compare = commands.add_parser("compare", help="sim-vs-real agreement over several policies' rounds")
     compare.add_argument("rounds", nargs="+", help="round folders (each with its report.json)")
-    correct = commands.add_parser("correct", help="the twin's next version from its rounds' mismatch")
-    correct.add_argument("--twin", required=True, help="the twin version the rounds were scored against")
-    correct.add_argument("--round", nargs="+", required=True, dest="rounds", help="round folders (report.json)")
-    correct.add_argument("--fit", nargs="*", default=[], help="new fit bags (split fit), besides the twin's own")
+    correct = commands.add_parser(
+        "correct", help="the twin's next version from its rounds' mismatch",
+        description="Write the next version of TWIN from the mismatch its validation rounds measured: the "
+                    "implicated parameters re-identified on TWIN's fit bags and the new --fit bags, those the data "
+                    "cannot pin down widened; the reasons in the version's provenance. Prints the new version's "
+                    "folder last (nothing is written when the rounds implicate nothing).")
+    correct.add_argument("--twin", required=True, metavar="TWIN",
+                         help="the twin version folder the rounds were scored against, e.g. twins/emulated/v1")
+    correct.add_argument("--round", nargs="+", required=True, dest="rounds", metavar="ROUND",
+                         help="round folders `twinloop validate run|score` wrote (each with its report.json)")
+    correct.add_argument("--fit", nargs="*", default=[], metavar="BAG", help="new fit bags (split fit: a joint "
+                         "excitation, trials recorded with --split fit), besides TWIN's own (optional)")
     correct.add_argument("--widen", type=float, default=WIDEN, help="std factor for implicated parameters the data "
-                         "cannot pin down")
+                         f"cannot pin down (default {WIDEN:g})")
     correct.add_argument("--stale-z", type=float, default=STALE_Z, help="a trial's joint z above this implicates the "
-                         "joint")
+                         f"joint (default {STALE_Z:g})")
     args = parser.parse_args(argv)
     if args.command == "compare":
         return _compare([Path(r) for r in args.rounds])
     if args.command == "correct":
-        if not args.widen >= 1.0 or not args.stale_z > 0:
-            parser.error(f"--widen {args.widen} / --stale-z {args.stale_z}: give a factor >= 1 and a z above 0")
+        if not args.widen >= 1.0:
+            parser.error(f"--widen {args.widen}: give a factor of at least 1")
+        if not args.stale_z > 0:
+            parser.error(f"--stale-z {args.stale_z}: give a z above 0")
         return _correct(args)
     if args.draws < 0 or not args.stale_z > 0:
         parser.error(f"--draws {args.draws} / --stale-z {args.stale_z}: give draws >= 0 and a z above 0")
@@ -136,6 +147,10 @@ def _correct(args) -> int:
                               say=lambda text: print(text, flush=True))
     except (ValidationError, RecordingError, TwinError, OSError) as error:
         print(f"twinloop validate: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (KeyError, TypeError, AttributeError) as error:
+        print(f"twinloop validate: error: a round's report.json lacks what a round holds ({error!r}); give the "
+              "folders `twinloop validate run|score` wrote", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (IdentificationError, IdentificationCancelled) as error:
         print(f"twinloop validate: error: correction's identification failed: {error}", file=sys.stderr)
@@ -217,9 +232,13 @@ def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float) -> int:
                   goal_box_xy=list(scorer.goal.xy), goal_radius_m=scorer.goal.radius_m, summary_line=line)
     (output / "report.json").write_text(json.dumps(body, indent=1, allow_nan=True))
     if summary.staleness["stale"] is not None:  # the twin's standing, for twin list/show, diagnostics and RViz
+        from twinloop_twin.bundle import TwinError
         from twinloop_twin.status import record_verdict
-        record_verdict(scorer.twin_path, summary.staleness["stale"], summary.staleness["evidence"],
-                       str(output / "report.json"))
+        try:
+            record_verdict(scorer.twin_path, summary.staleness["stale"], summary.staleness["evidence"],
+                           str(output / "report.json"))
+        except (TwinError, OSError) as error:  # the round stands; only the twin's standing is not updated
+            print(f"twinloop validate: warning: the twin's standing was not recorded: {error}", file=sys.stderr)
     progress("writing the HTML page")
     write_round_html(output)
     print(f"report: {output / 'report.json'} and {output / 'report.html'}")

@@ -41,9 +41,13 @@ from typing import Callable, Sequence
 import numpy as np
 import yaml
 
+from twinloop_twin.physics import ARM_JOINTS, COMMANDED_JOINTS
+
 from twinloop_validation.scoring import STALE_Z, ValidationError
 
-GRIP = ("finger.friction", "actuator.panda_finger_joint1.kp", "box.mass_kg", "box.friction")
+# the grip: pad friction and the gain of each commanded gripper joint; the box it holds
+GRIP = ("finger.friction", *(f"actuator.{j}.kp" for j in COMMANDED_JOINTS if j not in ARM_JOINTS),
+        "box.mass_kg", "box.friction")
 ARM_QUANTITIES = ("joint.{j}.damping", "joint.{j}.friction_loss", "joint.{j}.armature", "actuator.{j}.kp",
                   "actuator.{j}.kv")
 DELAY = "command.delay_s"
@@ -87,7 +91,7 @@ def implicate(reports: Sequence[dict], parameter_names: Sequence[str], stale_z: 
         staleness = report.get("summary", {}).get("staleness", {})
         if staleness.get("stale"):
             found.add([n for n in parameter_names if n == DELAY or (n.split(".")[0] in ("joint", "actuator")
-                                                                   and "finger" not in n)],
+                                                                   and n.split(".")[1] in ARM_JOINTS)],
                       f"{policy}: the round judged the twin stale (median z {staleness['median_z']:.1f} above "
                       f"{staleness['threshold']:g}): the cell changed")
         for trial in trials:

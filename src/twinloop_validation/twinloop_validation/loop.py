@@ -27,7 +27,8 @@ twins/, bags/, policies, validation/, log/):
    the rounds implicate nothing, v1 stays the twin and the loop says so.
 
 The node set is down while identification and training run: on a small host its cameras
-and tracker would take the cores those need (here identification took 801 s beside it).
+and tracker would take the cores those need (here an identification that takes 123 s alone
+took 801 s beside it).
 
 Each stage is the `twinloop` command the README shows, run as a subprocess in the run
 folder: its progress lines (stderr) appear as it runs, its results (stdout) when it ends
@@ -108,7 +109,8 @@ class Loop:
         if once and line in self.done:
             self.say(f"[{time.monotonic() - self.started:7.1f} s] done earlier: {line}")
             return self.done[line]
-        if cell and self.cell is not None:
+        if cell and self.cell is not None and not self.cell.running:
+            self.say("starting the node set (twinloop bringup) for the stages that talk to the cell")
             self.cell.start()
         self.say(f"[{time.monotonic() - self.started:7.1f} s] $ {line}")
         started = time.monotonic()
@@ -141,19 +143,20 @@ class Loop:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """twinloop loop: the whole loop on a workcell: identify, train, validate on held-out trials, compare."""
+    """twinloop loop: the whole loop on a workcell: identify, train, validate on held-out trials, compare, correct."""
     from twinloop_twin.workcell import default_config_dir
 
     parser = argparse.ArgumentParser(prog="twinloop loop", description=inspect.cleandoc(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="short recordings, short training, 2 trials a policy")
+    parser.add_argument("--quick", action="store_true", help="short recordings, short training, 2 held-out and 1 fit "
+                        "trial a policy")
     parser.add_argument("--truth-file", default=str(default_config_dir() / "emulated_truth.yaml"),
-                        help="hidden physics of the emulated workcell")
+                        help="hidden physics of the emulated workcell (default: config/emulated_truth.yaml)")
     parser.add_argument("--no-workcell", action="store_true", help="a robot driver provides the hardware contract")
     parser.add_argument("--run-dir", default="", help="new folder of this run (default runs/<UTC time>)")
     parser.add_argument("--trials", type=int, default=None, help="held-out trials per policy (default 10; quick 2)")
     parser.add_argument("--modes", default="nominal,posterior", help="variation modes to train and validate, "
-                        "comma-separated, of nominal, posterior, wide, oracle")
+                        "comma-separated, of nominal, posterior, wide, oracle (default: nominal,posterior)")
     parser.add_argument("--resume", default="", metavar="DIR", help="go on with the run in DIR, with its settings "
                         "(log/loop.json), from its first unfinished stage")
     args = parser.parse_args(argv)
@@ -168,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             args = argparse.Namespace(**{**vars(args), **settings})
         except (OSError, ValueError, TypeError) as error:
             print(f"twinloop loop: error: {run_dir} is not a run folder of twinloop loop (no readable log/loop.json: "
-                  f"{error}); give the folder a run printed", file=sys.stderr)
+                  f"{error}); give the run folder an earlier `twinloop loop` printed", file=sys.stderr)
             return EXIT_BAD_INPUT
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(modes) - set(MODES))
@@ -233,10 +236,14 @@ class NodeSet:
         self.process: subprocess.Popen | None = None
         self.starts = 0
 
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
     def start(self, timeout_s: float = 180.0) -> None:
         """Up once the monitor answers (the runner, tracker and builder come up beside it);
         nothing to do when it is up."""
-        if self.process is not None and self.process.poll() is None:
+        if self.running:
             return
         self.starts += 1
         log = open(self.run_dir / "log" / f"bringup{self.starts}.log", "w")
