@@ -67,7 +67,35 @@ def test_quick_loop_on_drawn_physics(tmp_path):
         assert (run_dir / "validation" / policy / "report.html").is_file()
     assert "MMRV" in done.stdout
     _correction(run_dir, done.stdout)
+    _run_report(run_dir, done.stdout)
     _resume(tmp_path, run_dir, done.stdout)
+
+
+def _run_report(run_dir: Path, stdout: str) -> None:
+    """The run's page: its numbers are the artefacts' (twin parameters, bag message counts,
+    trial outcomes), and the page opens with no network."""
+    import re
+
+    from twinloop_twin.bundle import load_twin_version
+
+    assert f"the run's report: {run_dir / 'report.html'}" in stdout
+    body = json.loads((run_dir / "report.json").read_text())
+    for twin in body["twins"]:
+        bundle = load_twin_version(run_dir / "twins", "emulated", twin["version"])
+        assert twin["parameters"] == {n: {"mean": p.mean, "std": p.std, "identifiable": p.identifiable,
+                                          "unit": p.unit} for n, p in bundle.parameters.items()}
+        assert twin["parent"] == bundle.manifest.provenance.parent_version
+    for bag in body["bags"]:
+        with open_bag(run_dir / "bags" / bag["name"]) as recording:
+            assert bag["split"] == recording.session.split
+            assert bag["messages"]["/joint_states"] == recording.topics["/joint_states"].count > 0
+    for entry in body["rounds"]:
+        report = json.loads((run_dir / "validation" / entry["folder"] / "report.json").read_text())
+        assert entry["real_successes"] == sum(t["real_success"] for t in report["trials"])
+        assert entry["twin_successes"] == sum(t["twin_success"] for t in report["trials"])
+    assert "emulated/v1" in body["agreement"]
+    page = (run_dir / "report.html").read_text()
+    assert page.count("Plotly.newPlot") >= 2 and not re.search(r"<script[^>]*\bsrc=", page)
 
 
 def _correction(run_dir: Path, stdout: str) -> None:
@@ -113,7 +141,8 @@ def _resume(tmp_path: Path, run_dir: Path, stdout: str) -> None:
     again = subprocess.run([TWINLOOP, "loop", "--resume", str(run_dir)], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert again.stdout.count("done earlier: ") == len(stages) and "$ twinloop" not in again.stdout
+    ran = [line.split("$ ", 1)[1] for line in again.stdout.splitlines() if "] $ twinloop" in line]
+    assert again.stdout.count("done earlier: ") == len(stages) and ran == ["twinloop validate report ."], ran
     assert sorted(p.name for p in (run_dir / "log").glob("bringup*.log")) == bringups
     summary = [line for line in stdout.splitlines() if line.startswith("carry_")]
     assert summary and all(line in again.stdout for line in summary)
@@ -124,7 +153,7 @@ def _resume(tmp_path: Path, run_dir: Path, stdout: str) -> None:
                            text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     ran = [line.split("$ ", 1)[1] for line in again.stdout.splitlines() if "] $ twinloop" in line]
-    assert ran == [last], ran
+    assert ran == [last, "twinloop validate report ."], ran
     assert [e["line"] for e in json.loads(done_file.read_text())] == [e["line"] for e in stages]
     # a resume with settings of its own is refused: the run's are in its log/loop.json
     refused = subprocess.run([TWINLOOP, "loop", "--resume", str(run_dir), "--trials", "3"], cwd=tmp_path, env=env,

@@ -4,6 +4,7 @@
     twinloop validate score POLICY --twin TWIN BAG [BAG ...] [--output FILE]
     twinloop validate compare ROUND ROUND [ROUND ...]
     twinloop validate correct --twin TWIN --round ROUND [ROUND ...] [--fit BAG ...] [--widen 2]
+    twinloop validate report RUN_DIR
 
 `run` sends N trials of the policy folder to the running policy runner (as `twinloop
 trials run`: recorded with the trial profile, split held_out, through the envelope
@@ -36,6 +37,11 @@ box; a round judged stale: the whole arm) re-identified from the parent's fit ba
 and by the lineage's provenance), those the data cannot pin down widened `--widen` times,
 the reasons in the new version's provenance and correction/report.yaml. It prints the
 new version's folder last; nothing is written when the rounds implicate nothing.
+
+`report` reads a `twinloop loop` run folder back (its twin versions, validation rounds and
+bags; twinloop_validation.loop_report) into RUN_DIR/report.json and RUN_DIR/report.html:
+the lineage, the parameters of each version against the nominal one, success per policy
+for the cell and each version, agreement per version, interventions, recordings and drops.
 
 Exit codes: 0 scored, compared or corrected (whatever the success rate); 2 bad input (no
 such policy or twin, a bag that is not a held-out trial or that the twin was fit on, no
@@ -95,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
                          f"cannot pin down (default {WIDEN:g})")
     correct.add_argument("--stale-z", type=float, default=STALE_Z, help="a trial's joint z above this implicates the "
                          f"joint (default {STALE_Z:g})")
+    run_report = commands.add_parser("report", help="a loop run's page: lineage, parameters, success, recordings")
+    run_report.add_argument("run_dir", metavar="RUN_DIR", help="a folder `twinloop loop` wrote")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        return _report(Path(args.run_dir))
     if args.command == "compare":
         return _compare([Path(r) for r in args.rounds])
     if args.command == "correct":
@@ -161,6 +171,24 @@ def _correct(args) -> int:
     if result is not None:
         print(format_correction(result))
         print(result.twin_path)
+    return 0
+
+
+def _report(run_dir: Path) -> int:
+    from twinloop_twin.bundle import TwinError
+    from twinloop_validation.loop_report import write_loop_report
+    from twinloop_validation.scoring import ValidationError
+
+    try:
+        paths = write_loop_report(run_dir)
+    except ValidationError as error:
+        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (TwinError, OSError, ValueError, KeyError) as error:
+        print(f"twinloop validate: error: {run_dir}: {error}; give the folder of a `twinloop loop` run",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"report: {paths[0]} and {paths[1]}")
     return 0
 
 

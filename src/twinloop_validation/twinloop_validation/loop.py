@@ -24,7 +24,9 @@ twins/, bags/, policies, validation/, log/):
 7. the correction (`twinloop validate correct`): v2 from v1's mismatch, re-identified on
    v1's fit bags and the fit trials; the same held-out trials scored against v2
    (`twinloop validate score`) and compared, so that v1 and v2 stand side by side. When
-   the rounds implicate nothing, v1 stays the twin and the loop says so.
+   the rounds implicate nothing, v1 stays the twin and the loop says so;
+8. the run's page (`twinloop validate report .`): report.html and report.json in the run
+   folder, read back from its twin versions, rounds and bags. The loop prints where it is.
 
 The node set is down while identification and training run: on a small host its cameras
 and tracker would take the cores those need (here an identification that takes 123 s alone
@@ -318,6 +320,7 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
             loop.stage("twinloop validate compare " + " ".join(f"validation/{r.name}" for r in rescored))
     else:
         loop.say("the correction found nothing to correct: v1 stays the twin")
+    loop.stage("twinloop validate report .", once=False)  # the run's page, from everything on disk now
     loop.say("")
     loop.say(f"the loop ran in {time.monotonic() - loop.started:.0f} s; identified twin: "
              f"{loop.run_dir / 'twins' / 'emulated' / 'v1'}"
@@ -330,6 +333,7 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
         loop.say(f"{round_dir.name}: real success {summary['real_successes']}/{summary['trials']}, "
                  f"{report['twin'].split('/')[-1]} predicts {summary['twin_successes']}/{summary['trials']}; staleness: "
                  f"{summary['staleness']['evidence']}; report {round_dir / 'report.html'}")
+    loop.say(f"the run's report: {loop.run_dir / 'report.html'} (every number in {loop.run_dir / 'report.json'})")
 
 
 def _trial_bags(stdout: str) -> list[str]:
