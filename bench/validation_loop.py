@@ -12,7 +12,7 @@ oracle, r >= 0.9.
 
     .venv/bin/python bench/validation_loop.py [--trials 10] [--truth-file F | --seed N] [--quick]
 
-Not a test: about 35 minutes with the defaults (four trainings, 40 held-out and 8 fit trials).
+Not a test: about 32 minutes with the defaults (four trainings, 40 held-out and 8 fit trials).
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ Each stage is the `twinloop` command the README shows, run as a subprocess in th
 folder: its progress lines (stderr) appear as it runs, its results (stdout) when it ends
 and in log/stages.log; the run stops at the first stage that fails, saying which.
 `--quick` uses short recordings (8 s fit, 5 s held-out), the short training setting, 2
-held-out trials and 1 fit trial per policy (about 8 minutes here; the tests run it); the
+held-out trials and 1 fit trial per policy (about 6 minutes here; the tests run it); the
 default 15 s and 8 s, the task file's training setting, `--trials` (10) held-out trials
 and 2 fit trials per policy.
 
