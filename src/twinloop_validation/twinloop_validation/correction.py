@@ -54,6 +54,7 @@ DELAY = "command.delay_s"
 HANDLED = ("success", "slip", "overshoot", "off_target")  # failure modes in which the box moved
 WIDEN = 2.0
 CORRECTION_REPORT = "correction/report.yaml"
+NOTE_REASONS = 4  # reasons written into the provenance note (all of them are in CORRECTION_REPORT)
 
 
 @dataclass
@@ -206,9 +207,11 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
             "box_rmse_m": [held.box_rmse_before_m, held.box_rmse_after_m]},
         "identification_report": REPORT_FILE,
     }
+    reasons = sorted({r for found in implication.reasons.values() for r in found})
     note = (f"correction of v{parent.version} from {len(reports)} validation round(s): re-identified "
             f"{', '.join(reidentified) or 'nothing'}; widened x{widen:g} {', '.join(widened) or 'nothing'}; why: "
-            + "; ".join(sorted({r for reasons in implication.reasons.values() for r in reasons}))
+            + "; ".join(reasons[:NOTE_REASONS])
+            + (f"; and {len(reasons) - NOTE_REASONS} more" if len(reasons) > NOTE_REASONS else "")
             + f"; see {CORRECTION_REPORT}")
     twin = write_identified_version(
         root, identified, parameters=ParameterSet(parameters), created_by="correction", note=note,
