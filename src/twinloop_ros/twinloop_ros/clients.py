@@ -20,17 +20,21 @@ that ends cancelled (Ctrl-C here, or a cancel from elsewhere) raises `GoalCancel
 from __future__ import annotations
 
 import math
+import threading
 import time
+import uuid
 from typing import Any, Callable, Sequence
 
-from action_msgs.msg import GoalStatus
+from action_msgs.msg import GoalStatus, GoalStatusArray
 from rclpy.action import ActionClient
+from rclpy.action.client import ClientGoalHandle
 from rclpy.node import Node
 from twinloop_interfaces.action import BuildTwin, Calibrate, Replay, RunTrials
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode, RecordingStatus, SessionId
 from twinloop_interfaces.srv import AnnotateRecording, ResetFault, SetArmed, StartRecording, StopRecording
 
 from twinloop_ros.qos import LATCHED
+from unique_identifier_msgs.msg import UUID
 
 MONITOR_HINT = ("start the envelope monitor (`twinloop bringup`, or `envelope_monitor` with "
                 "config/envelope.yaml) on this ROS_DOMAIN_ID; it is the only writer of /joint_command")
@@ -45,6 +49,9 @@ REPLAY_HINT = "start the replay server (`twinloop bringup`, or `replay_server`) 
 
 # A goal whose server has been gone this long is given up on (its node exited or hung).
 SERVER_GONE_S = 3.0
+# How long an answer may lag the server's own word that the goal was taken or ended.
+LOST_ANSWER_GRACE_S = 2.0
+ENDED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED, GoalStatus.STATUS_CANCELED)
 
 STATE_NAMES = {EnvelopeStatus.STATE_DISARMED: "disarmed", EnvelopeStatus.STATE_ARMED: "armed",
                EnvelopeStatus.STATE_FAULT: "fault"}
@@ -70,10 +77,12 @@ class GoalCanceled(ClientError):
         self.result = result
 
 
-def wait_future(future, timeout_s: float, what: str, alive: Callable[[], bool] | None = None):
+def wait_future(future, timeout_s: float, what: str, alive: Callable[[], bool] | None = None,
+                renew: Callable[[float], Any] | None = None):
     """Wait for a future that another thread completes; ClientError (TIMEOUT) after
     `timeout_s` (math.inf: no limit), ClientError (NOT_READY) once `alive()` has been false
-    for SERVER_GONE_S."""
+    for SERVER_GONE_S. `renew(now)`, called every half second, may return a future to wait
+    on instead (a request asked again)."""
     deadline = time.monotonic() + timeout_s
     gone_since = None
     next_check = time.monotonic() + 0.5
@@ -81,12 +90,15 @@ def wait_future(future, timeout_s: float, what: str, alive: Callable[[], bool] |
         now = time.monotonic()
         if now > deadline:
             raise ClientError(f"{what}: no answer within {timeout_s:.0f} s", ErrorCode.TIMEOUT)
-        if alive is not None and now >= next_check:
+        if now >= next_check:
             next_check = now + 0.5
-            gone_since = None if alive() else (gone_since or now)
-            if gone_since is not None and now - gone_since > SERVER_GONE_S:
-                raise ClientError(f"{what}: the server went away while it ran (its node exited?); see its log",
-                                  ErrorCode.NOT_READY)
+            if alive is not None:
+                gone_since = None if alive() else (gone_since or now)
+                if gone_since is not None and now - gone_since > SERVER_GONE_S:
+                    raise ClientError(f"{what}: the server went away while it ran (its node exited?); see its log",
+                                      ErrorCode.NOT_READY)
+            if renew is not None:
+                future = renew(now) or future
         time.sleep(0.002)
     return future.result()
 
@@ -256,29 +268,108 @@ class GoalClient:
         self.node = node
         self.name = action_name
         self.hint = hint
+        self._action_type = action_type
         self._client = ActionClient(node, action_type, action_name, callback_group=callback_group)
+        # What the server says about its goals, watched on its own: the answer to a goal
+        # request can be lost while the server's answer writer has not yet matched this client
+        # (DDS discovery on a fresh process), though the goal was accepted and runs.
+        self._lock = threading.Lock()
+        self._heard: dict[bytes, int] = {}
+        self._status_sub = node.create_subscription(GoalStatusArray, f"{action_name}/_action/status",
+                                                    self._on_status, LATCHED, callback_group=callback_group)
+
+    def _on_status(self, msg: GoalStatusArray) -> None:
+        with self._lock:
+            for status in msg.status_list:
+                key = bytes(status.goal_info.goal_id.uuid)
+                if key in self._heard:
+                    self._heard[key] = status.status
+
+    def _heard_of(self, key: bytes) -> int | None:
+        """The goal's last status the server published; STATUS_UNKNOWN once only feedback came;
+        None while the server has said nothing about it."""
+        with self._lock:
+            status = self._heard.get(key)
+        return None if status is None or status < 0 else status
 
     def send(self, goal, on_feedback: Callable[[Any], None] | None = None, *, timeout_s: float = math.inf,
              server_timeout_s: float = 10.0, cancel_wait_s: float = 30.0,
              on_cancel: Callable[[], None] | None = None):
         if not self._client.wait_for_server(timeout_sec=server_timeout_s):
             raise ClientError(f"action {self.name} is not available: {self.hint}", ErrorCode.NOT_READY)
-        feedback = (lambda msg: on_feedback(msg.feedback)) if on_feedback else None
-        sent = self._client.send_goal_async(goal, feedback_callback=feedback)
+        goal_id = UUID(uuid=list(uuid.uuid4().bytes))
+        key = bytes(goal_id.uuid)
+        with self._lock:
+            self._heard[key] = -1
+
+        def feedback(msg) -> None:
+            with self._lock:
+                if self._heard.get(key, 0) < 0:
+                    self._heard[key] = GoalStatus.STATUS_UNKNOWN
+            if on_feedback is not None:
+                on_feedback(msg.feedback)
+
         try:
-            handle = wait_future(sent, server_timeout_s, f"action {self.name}")
-        except KeyboardInterrupt:
-            # Interrupted before the answer: a goal accepted meanwhile must not run on.
-            handle = wait_future(sent, 5.0, f"action {self.name}")
-            if handle.accepted:
-                self._cancel(handle, cancel_wait_s, on_cancel)
-            raise GoalCanceled(f"{self.name}: canceled before it started") from None
-        if not handle.accepted:
-            raise ClientError(f"action {self.name} rejected the goal (is it busy with another one?): {self.hint}",
-                              ErrorCode.NOT_READY)
+            sent = self._client.send_goal_async(goal, feedback_callback=feedback, goal_uuid=goal_id)
+            try:
+                handle = self._accepted(sent, goal_id, server_timeout_s)
+            except KeyboardInterrupt:
+                # Interrupted before the answer: a goal accepted meanwhile must not run on.
+                handle = self._accepted(sent, goal_id, 5.0)
+                if handle.accepted:
+                    self._cancel(handle, cancel_wait_s, on_cancel)
+                raise GoalCanceled(f"{self.name}: canceled before it started") from None
+            if not handle.accepted:
+                raise ClientError(f"action {self.name} rejected the goal (is it busy with another one?): "
+                                  f"{self.hint}", ErrorCode.NOT_READY)
+            return self._finish(handle, key, timeout_s, cancel_wait_s, on_cancel)
+        finally:
+            with self._lock:
+                self._heard.pop(key, None)
+
+    def _accepted(self, sent, goal_id: UUID, timeout_s: float) -> ClientGoalHandle:
+        """The goal's handle once the server answered the request, or once it published
+        feedback or a status for the goal (then the answer was lost on the way: the goal runs)."""
+        key = bytes(goal_id.uuid)
+        deadline = time.monotonic() + timeout_s
+        heard_at = None
+        while not sent.done():
+            now = time.monotonic()
+            if self._heard_of(key) is not None:
+                heard_at = heard_at or now
+                if now - heard_at > LOST_ANSWER_GRACE_S:
+                    self.node.get_logger().warning(f"{self.name}: the server's answer to the goal request was lost; "
+                                                   "it runs the goal (its status and feedback say so)")
+                    response = self._action_type.Impl.SendGoalService.Response(accepted=True)
+                    return ClientGoalHandle(self._client, goal_id, response)
+            elif now > deadline:
+                raise ClientError(f"action {self.name}: no answer within {timeout_s:.0f} s", ErrorCode.TIMEOUT)
+            time.sleep(0.002)
+        return sent.result()
+
+    def _result(self, handle: ClientGoalHandle, key: bytes, timeout_s: float):
+        """The goal's result; asked again when the server has published the goal's end and
+        its answer to the request did not come (lost the way a goal answer can be)."""
+        ended_at = None
+
+        def ask_again(now: float):
+            nonlocal ended_at
+            if self._heard_of(key) not in ENDED:
+                return None
+            ended_at = ended_at or now
+            if now - ended_at <= LOST_ANSWER_GRACE_S:
+                return None
+            ended_at = None
+            self.node.get_logger().warning(f"{self.name}: the goal ended but its result did not come; asking again")
+            return handle.get_result_async()
+
+        return wait_future(handle.get_result_async(), timeout_s, f"action {self.name}",
+                           alive=self._client.server_is_ready, renew=ask_again)
+
+    def _finish(self, handle: ClientGoalHandle, key: bytes, timeout_s: float, cancel_wait_s: float,
+                on_cancel: Callable[[], None] | None):
         try:
-            response = wait_future(handle.get_result_async(), timeout_s, f"action {self.name}",
-                                   alive=self._client.server_is_ready)
+            response = self._result(handle, key, timeout_s)
         except KeyboardInterrupt:
             response = self._cancel(handle, cancel_wait_s, on_cancel)
             result = response.result if response is not None else None
