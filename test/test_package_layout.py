@@ -77,6 +77,8 @@ PIP_ONLY = {
     "coacd": "coacd",
     "manifold3d": "manifold3d",
     "ray": "ray",
+    "ompl": "ompl",
+    "ruckig": "ruckig",
 }
 ISAAC_SIM_MODULE = "twinloop_sim.isaac_twin_bridge"
 ISAAC_SIM_ONLY = {"isaacsim", "omni"}

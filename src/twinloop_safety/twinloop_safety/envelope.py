@@ -72,9 +72,11 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+import yaml
 
 from twinloop_twin.contract import CommandRejected, parse_joint_command
 from twinloop_twin.kinematics import UrdfTransforms
@@ -482,27 +484,10 @@ class EnvelopeMonitor:
         if not lim.checked_links:
             return None
         steps = max(1, int(math.ceil(np.max(np.abs(end - start)) / lim.sample_spacing_rad)))
-        workspace = lim.workspace.grown(-lim.cartesian_margin_m)
-        keep_out = [box.grown(lim.cartesian_margin_m) for box in lim.keep_out]
         for k in range(1, steps + 1):
-            q = start + (end - start) * (k / steps)
-            points = self.link_positions(q)
-            outside = ~workspace.contains(points)
-            if outside.any():
-                link = lim.checked_links[int(np.argmax(outside))]
-                p = points[int(np.argmax(outside))]
-                return Violation(Fault.WORKSPACE,
-                                 f"{link} would leave the workspace box at ({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m "
-                                 f"(box {workspace.minimum}..{workspace.maximum} after a "
-                                 f"{lim.cartesian_margin_m:.3f} m margin); command a path inside it")
-            for box in keep_out:
-                inside = box.contains(points)
-                if inside.any():
-                    link = lim.checked_links[int(np.argmax(inside))]
-                    p = points[int(np.argmax(inside))]
-                    return Violation(Fault.KEEP_OUT,
-                                     f"{link} would enter keep-out box '{box.name}' at "
-                                     f"({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m; command a path around it")
+            violation = cartesian_violation(lim, self.link_positions(start + (end - start) * (k / steps)))
+            if violation is not None:
+                return violation
         return None
 
     def link_positions(self, q: np.ndarray) -> np.ndarray:
@@ -556,6 +541,76 @@ class EnvelopeMonitor:
     def _forget_commands(self) -> None:
         self._history = _History()
         self._last_command_s = None
+
+
+def cartesian_violation(limits: EnvelopeLimits, points: np.ndarray) -> Violation | None:
+    """The workspace and keep-out check of one pose: `points` (n_links, 3) are the checked
+    links' world positions (EnvelopeMonitor.link_positions). The monitor runs it along every
+    commanded step; a planner runs it on every state it considers."""
+    workspace = limits.workspace.grown(-limits.cartesian_margin_m)
+    outside = ~workspace.contains(points)
+    if outside.any():
+        link = limits.checked_links[int(np.argmax(outside))]
+        p = points[int(np.argmax(outside))]
+        return Violation(Fault.WORKSPACE,
+                         f"{link} would leave the workspace box at ({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m "
+                         f"(box {workspace.minimum}..{workspace.maximum} after a "
+                         f"{limits.cartesian_margin_m:.3f} m margin); command a path inside it")
+    for box in limits.keep_out:
+        inside = box.grown(limits.cartesian_margin_m).contains(points)
+        if inside.any():
+            link = limits.checked_links[int(np.argmax(inside))]
+            p = points[int(np.argmax(inside))]
+            return Violation(Fault.KEEP_OUT,
+                             f"{link} would enter keep-out box '{box.name}' at "
+                             f"({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m; command a path around it")
+    return None
+
+
+# The envelope monitor's parameters that make its limits (config/envelope.yaml).
+LIMIT_PARAMETERS = ("joint_names", "position_margins", "velocity_scale", "acceleration_limits", "max_target_lead",
+                    "command_period_s", "limit_mode", "workspace_min", "workspace_max", "keep_out_boxes",
+                    "keep_out_names", "cartesian_margin_m", "checked_links", "sample_spacing_rad", "max_force_n",
+                    "command_timeout_s", "joint_state_timeout_s")
+
+
+def limits_from_parameters(kinematics: UrdfTransforms, p: Mapping) -> EnvelopeLimits:
+    """The limits from the envelope monitor's parameters (LIMIT_PARAMETERS; the node's, or a
+    parameter file's section read by load_envelope_limits)."""
+    return build_limits(
+        kinematics, joint_names=list(p["joint_names"]), position_margins=list(p["position_margins"]),
+        velocity_scale=float(p["velocity_scale"]), acceleration_limits=list(p["acceleration_limits"]),
+        max_target_lead=list(p["max_target_lead"]), command_period_s=float(p["command_period_s"]),
+        limit_mode=p["limit_mode"],
+        workspace=boxes_from_flat(list(p["workspace_min"]) + list(p["workspace_max"]), ["workspace"])[0],
+        keep_out=tuple(boxes_from_flat(list(p["keep_out_boxes"]), list(p["keep_out_names"]))),
+        cartesian_margin_m=float(p["cartesian_margin_m"]), checked_links=tuple(p["checked_links"]),
+        sample_spacing_rad=float(p["sample_spacing_rad"]), max_force_n=float(p["max_force_n"]),
+        command_timeout_s=float(p["command_timeout_s"]), joint_state_timeout_s=float(p["joint_state_timeout_s"]))
+
+
+def load_envelope_limits(path: Path | str, kinematics: UrdfTransforms) -> EnvelopeLimits:
+    """The limits an envelope monitor started with this parameter file (its
+    `envelope_monitor` section) enforces. EnvelopeConfigError names what is missing or wrong."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise EnvelopeConfigError(f"cannot read the envelope parameters {path}: {error}") from error
+    section = next((v.get("ros__parameters") for k, v in (raw or {}).items()
+                    if str(k).endswith("envelope_monitor") and isinstance(v, dict)), None) \
+        if isinstance(raw, dict) else None
+    if not isinstance(section, dict):
+        raise EnvelopeConfigError(f"{path}: no envelope_monitor section with ros__parameters "
+                                  "(give the envelope monitor's parameter file, e.g. config/envelope.yaml)")
+    missing = [k for k in LIMIT_PARAMETERS if k not in section]
+    if missing:
+        raise EnvelopeConfigError(f"{path}: the envelope_monitor section lacks {', '.join(missing)}")
+    try:
+        return limits_from_parameters(kinematics, section)
+    except (TypeError, ValueError) as error:
+        if isinstance(error, EnvelopeConfigError):
+            raise
+        raise EnvelopeConfigError(f"{path}: {error}") from error
 
 
 def limits_summary(limits: EnvelopeLimits) -> Mapping[str, str]:

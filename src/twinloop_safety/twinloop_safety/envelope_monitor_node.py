@@ -21,7 +21,7 @@ from twinloop_interfaces.srv import ResetFault, SetArmed
 from visualization_msgs.msg import MarkerArray
 
 from twinloop_safety.envelope import (EnvelopeConfigError, EnvelopeMonitor, Fault, HoldUpGuard, State, Violation,
-                                      boxes_from_flat, build_limits, limits_summary, tighten_from_twin)
+                                      limits_from_parameters, limits_summary, tighten_from_twin)
 from twinloop_safety.markers import envelope_markers
 from twinloop_ros.node import StartupError, declare, make_executor, run_node
 from twinloop_twin.bundle import TwinError, load_twin
@@ -76,16 +76,7 @@ class EnvelopeMonitorNode(Node):
         try:
             workcell = load_workcell(p["workcell_config"] or None, p["urdf"] or None)
             kinematics = UrdfTransforms(workcell.urdf_xml)
-            limits = build_limits(
-                kinematics, joint_names=p["joint_names"], position_margins=p["position_margins"],
-                velocity_scale=p["velocity_scale"], acceleration_limits=p["acceleration_limits"],
-                max_target_lead=p["max_target_lead"], command_period_s=p["command_period_s"],
-                limit_mode=p["limit_mode"],
-                workspace=boxes_from_flat(list(p["workspace_min"]) + list(p["workspace_max"]), ["workspace"])[0],
-                keep_out=tuple(boxes_from_flat(p["keep_out_boxes"], p["keep_out_names"])),
-                cartesian_margin_m=p["cartesian_margin_m"], checked_links=tuple(p["checked_links"]),
-                sample_spacing_rad=p["sample_spacing_rad"], max_force_n=p["max_force_n"],
-                command_timeout_s=p["command_timeout_s"], joint_state_timeout_s=p["joint_state_timeout_s"])
+            limits = limits_from_parameters(kinematics, p)
             if p["twin_path"]:
                 limits = tighten_from_twin(limits, load_twin(p["twin_path"]).parameters, k_sigma=p["twin_k_sigma"],
                                            max_cartesian_speed_m_s=p["max_cartesian_speed_m_s"])

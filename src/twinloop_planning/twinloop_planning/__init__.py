@@ -1,0 +1,1 @@
+"""Motion planning in the twin (pure core: no rclpy)."""
