@@ -185,6 +185,25 @@ def test_monitor_arm_disarm_status_and_fault_reset(stack):
     assert np.isclose(stack.measured["panda_joint1"], measured["panda_joint1"], atol=0.01)  # it never moved
 
 
+@pytest.mark.usefixtures("monitor_cleared")
+def test_plan_move_away_and_home(stack):
+    """`twinloop plan move` plans from the measured position, arms the disarmed monitor for the
+    move, streams it, waits until the arm settles, and disarms: the arm ends at the goal, the
+    monitor disarmed with no fault."""
+    home = load_workcell().home_joint_positions
+    away = [0.3, -0.5, 0.0, -2.2, 0.0, 1.7, 0.8]
+    for command, goal in ((readme("twinloop plan move --to 0.3,-0.5,0,-2.2,0,1.7,0.8"), away),
+                          (readme("twinloop plan move --to home"), [home[j] for j in ARM_JOINTS])):
+        done = stack.run(command)
+        assert done.returncode == 0 and done.stdout.startswith("reached"), done.stderr
+        assert "Traceback" not in done.stderr and "nanobind" not in done.stderr
+        status = stack.wait_state(EnvelopeStatus.STATE_DISARMED)
+        assert status.fault == EnvelopeStatus.FAULT_NONE, status
+        time.sleep(0.3)  # the latest joint state
+        reached = [stack.measured[j] for j in ARM_JOINTS]
+        assert np.max(np.abs(np.subtract(reached, goal))) < 0.01, (command, reached, goal)
+
+
 def test_record_start_annotate_status_stop(stack):
     done = stack.run(readme("twinloop record start identification --purpose identification --split fit"))
     assert done.returncode == 0, done.stderr

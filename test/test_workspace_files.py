@@ -39,6 +39,7 @@ LOADERS: list[tuple[str, str]] = [
     ("config/excitation.yaml", "excitation"),
     ("config/calibration_targets.yaml", "calibration_targets"),
     ("config/policy_task.yaml", "policy_task"),
+    ("config/planning.yaml", "planning"),
     ("config/*.yaml", "parameters"),  # any other YAML in config/ is a ROS 2 parameter file
     ("urdf/*.urdf", "urdf"),
 ]
@@ -418,6 +419,14 @@ def test_policy_task_file_loads(relative):
     from twinloop_policy.task import load_task_config
     task = load_task_config(ROOT / relative)
     assert task.training.contexts >= 1 and task.goal.radius_m > 0, relative
+
+
+@pytest.mark.parametrize("relative", _files_of("planning"))
+def test_planning_file_loads_and_documents_the_defaults(relative):
+    from twinloop_planning.config import load_planning_config
+    from twinloop_planning.planner import PlannerSettings
+    from twinloop_planning.scene import SceneSettings
+    assert load_planning_config(ROOT / relative) == (PlannerSettings(), SceneSettings())
 
 
 @pytest.mark.parametrize("relative", _files_of("excitation"))

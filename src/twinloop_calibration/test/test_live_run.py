@@ -12,7 +12,8 @@ from scipy.stats import chi2
 
 from twinloop_calibration import se3
 from twinloop_calibration.degeneracy import CalibrationError
-from twinloop_calibration.live import Frame, JointBuffer, TargetStream
+from twinloop_calibration.live import Frame, JointBuffer
+from twinloop_planning.execution import TargetStream
 from twinloop_calibration.targets import TargetDetector, load_targets
 from twinloop_calibration.workcell_calibration import CalibrationRequest, CalibrationSettings, WorkcellCalibration
 from twinloop_safety.envelope import Box, EnvelopeMonitor, State, build_limits

@@ -27,7 +27,8 @@ from twinloop_interfaces.msg import ErrorCode
 
 from twinloop_calibration import handeye
 from twinloop_calibration.degeneracy import CalibrationError
-from twinloop_calibration.live import Frame, JointBuffer, LiveSettings, TargetStream, calibration_error, stream_targets
+from twinloop_calibration.live import Frame, JointBuffer, LiveSettings, calibration_error
+from twinloop_planning.execution import TargetStream, stream_targets
 from twinloop_calibration.targets import TargetDetector, load_targets
 from twinloop_calibration.workcell_calibration import CalibrationRequest, CalibrationSettings, WorkcellCalibration
 from twinloop_ros.clients import ClientError, EnvelopeClient
@@ -61,6 +62,8 @@ class CalibrationServer(Node):
             "min_views": (5, "refuse fewer views than this"),
             "intrinsics_source": ("camera_info", "'camera_info' or 'calibrate' (from the same views)"),
             "max_joint_speed_rad_s": (0.6, "rad/s, peak joint speed of planned moves"),
+            "plan_moves": (True, "moves through the motion planner (collision-free in the workcell's scene and the "
+                           "envelope); false: straight minimum-jerk moves"),
             "settle_position_tolerance_rad": (0.003, "rad, settled when every joint is this near its target"),
             "settle_velocity_rad_s": (0.01, "rad/s, and slower than this"),
             "settle_time_s": (0.3, "s, for this long"),
@@ -80,7 +83,8 @@ class CalibrationServer(Node):
             target = targets[p["target"] or default]
         except (OSError, ValueError, KeyError) as error:
             raise StartupError(f"cannot load the workcell or the calibration target: {error}") from error
-        live = LiveSettings(**{k: p[k] for k in ("command_period_s", "max_joint_speed_rad_s", "settle_time_s",
+        live = LiveSettings(**{k: p[k] for k in ("command_period_s", "max_joint_speed_rad_s", "plan_moves",
+                                                 "settle_time_s",
                                                  "settle_position_tolerance_rad", "settle_velocity_rad_s",
                                                  "move_timeout_s")})
         settings = CalibrationSettings(**{k: p[k] for k in (

@@ -18,6 +18,7 @@ import numpy as np
 from twinloop_calibration.degeneracy import CalibrationError
 from twinloop_calibration.handeye import View
 from twinloop_calibration.targets import Detection, TargetDetector, TargetNotFound
+from twinloop_planning.execution import TargetStream
 from twinloop_twin.motion import minimum_jerk
 
 COMMAND_PERIOD_S = 0.004  # the envelope monitor's command period: one message is one step
@@ -33,51 +34,6 @@ def move_targets(start: np.ndarray, goal: np.ndarray, max_speed_rad_s: float,
     duration = move_duration_s(start, goal, max_speed_rad_s)
     steps = int(np.ceil(duration / period_s))
     return [minimum_jerk(start, goal, duration, (k + 1) * period_s) for k in range(steps)]
-
-
-class TargetStream:
-    """What a fixed-rate command stream sends next: the queued path, then its last target
-    held. The envelope monitor takes one message as one step and faults on a silent
-    stream, so a calibration run streams without a break, holding while it takes images."""
-
-    def __init__(self, hold: np.ndarray) -> None:
-        self._lock = threading.Lock()
-        self._queue: deque[np.ndarray] = deque()
-        self._last = np.array(hold, dtype=float)
-
-    def follow(self, targets: list[np.ndarray]) -> None:
-        with self._lock:
-            self._queue.extend(np.array(t, dtype=float) for t in targets)
-
-    def next(self) -> np.ndarray:
-        with self._lock:
-            if self._queue:
-                self._last = self._queue.popleft()
-            return self._last.copy()
-
-    @property
-    def last(self) -> np.ndarray:
-        with self._lock:
-            return (self._queue[-1] if self._queue else self._last).copy()
-
-    def idle(self) -> bool:
-        with self._lock:
-            return not self._queue
-
-
-def stream_targets(stream: TargetStream, publish: Callable[[np.ndarray], None], period_s: float,
-                   stop: threading.Event) -> None:
-    """Publish stream.next() every period_s on a fixed schedule until `stop` is set (run in a thread)."""
-    begin = time.monotonic()
-    tick = 0
-    while not stop.is_set():
-        publish(stream.next())
-        tick += 1
-        delay = begin + tick * period_s - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        elif delay < -0.1:  # stalled: restart the schedule rather than burst the missed steps
-            begin, tick = time.monotonic(), 0
 
 
 @dataclass
@@ -166,7 +122,8 @@ class LiveCell(Protocol):
 @dataclass(frozen=True)
 class LiveSettings:
     command_period_s: float = COMMAND_PERIOD_S  # the monitor's: one message is one step
-    max_joint_speed_rad_s: float = 0.6  # peak of the minimum-jerk moves
+    max_joint_speed_rad_s: float = 0.6  # peak joint speed of the moves
+    plan_moves: bool = True  # moves through the motion planner (collision-free); False: straight minimum-jerk
     settle_position_tolerance_rad: float = 0.003
     settle_velocity_rad_s: float = 0.01
     settle_time_s: float = 0.3
@@ -186,8 +143,13 @@ class LiveRun:
     """The live sequence on a cell: arm, visit the poses, disarm (also on errors and cancel)."""
 
     def __init__(self, cell: LiveCell, detector: TargetDetector, forward_kinematics: Callable[[np.ndarray], np.ndarray],
-                 settings: LiveSettings = LiveSettings(), *, log: Callable[[str], None] = lambda message: None) -> None:
+                 settings: LiveSettings = LiveSettings(), *, log: Callable[[str], None] = lambda message: None,
+                 plan_move: Callable[[np.ndarray, np.ndarray], list[np.ndarray]] | None = None) -> None:
+        """`plan_move(start, goal)`: the targets of a move, one per command period (the
+        motion planner's); it raises ValueError for a move it cannot make safely. None:
+        straight minimum-jerk moves (move_targets)."""
         self.cell, self.detector, self.fk, self.settings, self.log = cell, detector, forward_kinematics, settings, log
+        self.plan_move = plan_move
         self.stream: TargetStream | None = None
 
     def first_joint_state(self) -> np.ndarray:
@@ -210,7 +172,7 @@ class LiveRun:
                     raise calibration_error("CANCELED", f"canceled after {len(out.views)} views")
                 feedback("moving", len(out.views), len(poses))
                 if not self.move(np.asarray(target, dtype=float)):
-                    self.log(f"pose {index} not reached within {self.settings.move_timeout_s} s; skipped")
+                    self.log(f"pose {index} not reached; skipped")
                     out.skipped.append(index)
                     continue
                 feedback("detecting", len(out.views), len(poses))
@@ -253,9 +215,18 @@ class LiveRun:
                                     "with ~/reset_fault after checking the cell, then calibrate again)")
 
     def move(self, target: np.ndarray) -> bool:
-        """Follow a minimum-jerk path to `target`; True once the arm has settled there."""
+        """Follow the planned path (or a straight minimum-jerk one) to `target`; True once the
+        arm has settled there, False if it did not or no safe path was found."""
         s = self.settings
-        self.stream.follow(move_targets(self.stream.last, target, s.max_joint_speed_rad_s, s.command_period_s))
+        if self.plan_move is None:
+            targets = move_targets(self.stream.last, target, s.max_joint_speed_rad_s, s.command_period_s)
+        else:
+            try:
+                targets = self.plan_move(self.stream.last, target)
+            except ValueError as error:
+                self.log(f"no safe path to the pose: {error}")
+                return False
+        self.stream.follow(targets)
         while not self.stream.idle():
             self.check_monitor()
             self.cell.sleep(0.02)

@@ -19,6 +19,8 @@ from twinloop_calibration.intrinsics import CameraModel, calibrate_intrinsics, f
 from twinloop_calibration.live import LiveCell, LiveRun, LiveSettings, calibration_error
 from twinloop_calibration.pose_planner import PlannerLimits, PosePlanner
 from twinloop_calibration.targets import TargetDetector
+from twinloop_planning.planner import PlannerSettings, PlanningError, plan
+from twinloop_planning.scene import PlanningScene
 from twinloop_twin.kinematics import FrameTransform, UrdfTransforms
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import WorkcellDescription, default_config_dir
@@ -75,6 +77,7 @@ class WorkcellCalibration:
 
     def __post_init__(self) -> None:
         self.kinematics = UrdfTransforms(self.workcell.urdf_xml)
+        self._move_scene: PlanningScene | None = None
 
     def calibrate(self, request: CalibrationRequest, *, cell: LiveCell | None = None,
                   camera_info: Callable[[str], CameraInfo | None] = lambda camera: None,
@@ -105,7 +108,8 @@ class WorkcellCalibration:
         else:
             if cell is None:
                 raise calibration_error("NOT_READY", "a live calibration needs the cell (robot, cameras, monitor)")
-            run = LiveRun(cell, self.detector, self.fk, s.live, log=self.log)
+            run = LiveRun(cell, self.detector, self.fk, s.live, log=self.log,
+                          plan_move=self.move_planner() if s.live.plan_moves else None)
             start = dict(zip(ARM_JOINTS, run.first_joint_state()))
             plan = self.planner(moving).plan(count, start, seed=s.seed)
             poses = [np.array([p.joint_positions[j] for j in ARM_JOINTS]) for p in plan]
@@ -145,6 +149,31 @@ class WorkcellCalibration:
         return PosePlanner(self.kinematics.model, arm_joints=ARM_JOINTS, gripper_frame=s.gripper_frame,
                            gripper_T_camera=gripper_T_camera, world_T_target=self.link(self.workcell.board.frame, home),
                            target_points=self.detector.spec.object_points(), camera=model, limits=limits)
+
+    def move_planner(self) -> Callable[[np.ndarray, np.ndarray], list[np.ndarray]]:
+        """Arm moves through the motion planner: collision-free in the workcell's scene and the
+        envelope, at most live.max_joint_speed_rad_s, checked by the monitor's code before
+        they are sent. The gripper is not commanded here: it is taken as at its home."""
+        s = self.settings
+        if self._move_scene is None:
+            envelope = Path(s.envelope_config) if s.envelope_config else default_config_dir() / "envelope.yaml"
+            self._move_scene = PlanningScene.from_workcell(self.workcell, envelope)
+        scene = self._move_scene
+        held = np.array([self.workcell.home_joint_positions[j] for j in scene.joint_names])
+        arm = [scene.joint_names.index(j) for j in ARM_JOINTS]
+        settings = PlannerSettings(max_velocity_rad_s=s.live.max_joint_speed_rad_s, seed=s.seed)
+
+        def plan_move(start: np.ndarray, goal: np.ndarray) -> list[np.ndarray]:
+            a, b = held.copy(), held.copy()
+            a[arm], b[arm] = start, goal
+            # the start is where the last move ended: inside the limits, up to rounding
+            a = np.clip(a, scene.lower, scene.upper)
+            try:
+                trajectory = plan(a, b, scene, settings)
+            except PlanningError as error:
+                raise ValueError(str(error)) from error
+            return list(trajectory.positions[1:, arm])
+        return plan_move
 
     def link(self, link: str, positions: Mapping[str, float]) -> np.ndarray:
         return self.kinematics.world_T_link(link, positions)

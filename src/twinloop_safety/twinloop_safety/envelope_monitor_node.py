@@ -63,7 +63,7 @@ class EnvelopeMonitorNode(Node):
             "control_rate_hz": (100.0, "Hz: watchdog rate (10 ms resolution against 0.1-0.5 s timeouts)"),
             "hold_republish_hz": (10.0, "Hz: the hold command is repeated at this rate while faulted"),
             "command_topics": (["/twinloop/policy/command", "/twinloop/calibration/command",
-                                "/twinloop/builder/command"],
+                                "/twinloop/builder/command", "/twinloop/planning/command"],
                                "twinloop command sources (one streams at a time)"),
             "joint_states_topic": ("/joint_states", "measured joint states"),
             "wrench_topic": ("/wrench", "external wrench (optional)"),

@@ -1,0 +1,219 @@
+"""twinloop plan: plan a collision-free move in the twin, and make it on the robot.
+
+    twinloop plan check --to 0.3,-0.5,0,-2.2,0,1.7,0.8            # offline: the plan from home, or why none
+    twinloop plan check --to home --from 0.3,-0.5,0,-2.2,0,1.7,0.8 --twin twins/emulated/v1
+    twinloop plan move --to home                                 # from where the robot is, through the monitor
+
+GOAL and START: `home` (the workcell's home pose) or joint positions separated by commas:
+the 7 arm joints (the gripper keeps its value) or the arm and the gripper (8 values).
+
+The scene: a twin version's geometry (`--twin`; default: the workcell description's, no
+twin needed) with the envelope's workspace and keep-out boxes (`--envelope`, default
+config/envelope.yaml); the planner's settings come from `--config` (config/planning.yaml).
+
+`move` reads the robot's position from /joint_states on $ROS_DOMAIN_ID, plans from there,
+arms the envelope monitor if it is disarmed (and disarms it after), streams the trajectory
+on /twinloop/planning/command (an input of the monitor) at the monitor's command period,
+and waits until the arm has settled at the goal. A latched fault is not reset for you:
+check the cell, `twinloop monitor reset`, then move (e.g. back home).
+
+Exit codes: 0 done; 2 bad input (a goal that is not a valid state, a malformed goal, twin,
+envelope or planning file); 3 the robot or the monitor is not there, or a fault is latched;
+4 no path found, the envelope check refused the plan, or the move failed (a fault while
+moving, the goal not reached); 130 Ctrl-C (the robot holds where it is).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+import numpy as np
+
+from twinloop_planning.config import PlanningConfigError, load_planning_config
+from twinloop_planning.planner import PlannedTrajectory, PlannerSettings, PlanningError, plan
+from twinloop_planning.scene import PlanningScene
+from twinloop_twin.bundle import TwinError
+
+PROG = "twinloop plan"
+BAD_INPUT_CODES = ("bad_request", "start_invalid", "goal_invalid", "ik_failed")
+SETTLE_TOLERANCE_RAD = 0.01  # rad (m for the gripper): reached when every joint is this near the goal
+SETTLE_TIMEOUT_S = 5.0
+
+
+def parse_positions(text: str, scene: PlanningScene, home: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """`home`, or 7 (arm; the gripper keeps `held`'s value) or 8 comma-separated values."""
+    if text.strip() == "home":
+        return home.copy()
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise PlanningError("bad_request", f"{text!r} is not 'home' or joint positions separated by commas") from None
+    n = len(scene.joint_names)
+    if len(values) == n - 1:
+        return np.append(values, held[-1])
+    if len(values) != n:
+        raise PlanningError("bad_request", f"{text!r} has {len(values)} values; give {n - 1} (the arm) or {n} "
+                            f"({', '.join(scene.joint_names)})")
+    return np.array(values)
+
+
+def summary(trajectory: PlannedTrajectory, start: np.ndarray, goal: np.ndarray) -> str:
+    how = "sampled around obstacles" if trajectory.sampled else "the straight line is clear"
+    return (f"path: {len(trajectory.waypoints)} waypoints, {trajectory.path_length_rad:.2f} rad in joint space "
+            f"(straight {np.linalg.norm(goal - start):.2f} rad; {how}); {trajectory.duration_s:.2f} s at "
+            f"{len(trajectory.positions)} commands; planned and checked in {trajectory.planning_s:.2f} s")
+
+
+def _scene(args) -> tuple[PlanningScene, PlannerSettings, np.ndarray]:
+    from twinloop_twin.workcell import load_workcell
+
+    planner, scene_settings = load_planning_config(args.config)
+    if args.speed is not None:
+        if not args.speed > 0:
+            raise PlanningError("bad_request", f"--speed must be > 0, got {args.speed}")
+        planner = PlannerSettings(**{**planner.__dict__, "max_velocity_rad_s": args.speed})
+    if args.twin:
+        scene = PlanningScene.from_twin(args.twin, args.envelope, scene_settings)
+    else:
+        scene = PlanningScene.from_workcell(load_workcell(), args.envelope, scene_settings)
+    home_positions = load_workcell().home_joint_positions
+    home = np.array([home_positions[j] for j in scene.joint_names])
+    return scene, planner, home
+
+
+def _check(args) -> int:
+    scene, settings, home = _scene(args)
+    start = parse_positions(args.start, scene, home, home)
+    goal = parse_positions(args.to, scene, home, start)
+    trajectory = plan(start, goal, scene, settings)
+    print(summary(trajectory, start, goal))
+    return 0
+
+
+def _move(args) -> int:
+    from twinloop_ros.command_line import run_live
+
+    scene, settings, home = _scene(args)
+    parse_positions(args.to, scene, home, home)  # a malformed goal is refused before anything starts
+    return run_live(PROG, lambda session: _move_live(session, args, scene, settings, home))
+
+
+def _move_live(session, args, scene: PlanningScene, settings: PlannerSettings, home: np.ndarray) -> int:
+    from sensor_msgs.msg import JointState
+    from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
+
+    from twinloop_planning.execution import TargetStream, stream_targets
+    from twinloop_ros.clients import ClientError, EnvelopeClient
+    from twinloop_ros.command_line import Progress
+    from twinloop_ros.qos import COMMANDS, SENSOR
+
+    progress = Progress()
+    names = list(scene.joint_names)
+    measured: dict[str, float] = {}
+    session.node.create_subscription(JointState, args.joint_states,
+                                     lambda m: measured.update(zip(m.name, m.position)), SENSOR)
+    monitor = EnvelopeClient(session.node)
+    status = monitor.wait_for_status(args.timeout)
+    if monitor.faulted():
+        raise ClientError(f"the envelope monitor has a latched fault ({monitor.fault_text()}): check the cell, "
+                          "`twinloop monitor reset`, then move", ErrorCode.NOT_READY)
+    deadline = time.monotonic() + args.timeout
+    while not all(j in measured for j in names):
+        if time.monotonic() > deadline:
+            raise ClientError(f"no {args.joint_states} with {', '.join(names)} within {args.timeout:.0f} s: start the "
+                              "robot driver (or the emulated workcell)", ErrorCode.NOT_READY)
+        time.sleep(0.02)
+    here = np.array([measured[j] for j in names])
+    start = np.clip(here, scene.lower, scene.upper)  # a measured joint at its limit reads a hair beyond it
+    goal = parse_positions(args.to, scene, home, start)
+    progress("planning")
+    trajectory = plan(start, goal, scene, settings)
+    progress(summary(trajectory, start, goal))
+
+    publisher = session.node.create_publisher(JointState, args.topic, COMMANDS)
+
+    def publish(q: np.ndarray) -> None:
+        msg = JointState(name=names, position=[float(v) for v in q])
+        msg.header.stamp = session.node.get_clock().now().to_msg()
+        publisher.publish(msg)
+    stream = TargetStream(trajectory.positions[0])
+    stop = threading.Event()
+    streamer = threading.Thread(target=stream_targets, args=(stream, publish, trajectory.period_s, stop),
+                                name="planned_targets", daemon=True)
+    armed_here = status.state != EnvelopeStatus.STATE_ARMED
+    streamer.start()
+    try:
+        time.sleep(0.1)  # a few holds first: the monitor's first step is referenced to the measurement
+        if armed_here:
+            monitor.arm(args.timeout)
+        stream.follow(list(trajectory.positions[1:]))
+        total = len(trajectory.positions) - 1
+        while not stream.idle():
+            _raise_on_fault(monitor)
+            progress(f"moving: {int(100 * (1 - stream.remaining() / total)) // 10 * 10} %")
+            time.sleep(0.05)
+        settled = time.monotonic() + SETTLE_TIMEOUT_S
+        while True:
+            _raise_on_fault(monitor)
+            error = np.abs(np.array([measured[j] for j in names]) - goal)
+            if np.all(error < SETTLE_TOLERANCE_RAD):
+                break
+            if time.monotonic() > settled:
+                worst = int(np.argmax(error))
+                raise ClientError(f"the arm did not settle at the goal within {SETTLE_TIMEOUT_S:.0f} s "
+                                  f"({names[worst]} {error[worst]:.3f} off)", ErrorCode.UNKNOWN)
+            time.sleep(0.02)
+    finally:
+        if armed_here:
+            monitor.disarm_nowait()
+        stop.set()
+        streamer.join(timeout=2.0)
+    print(f"reached: every joint within {SETTLE_TOLERANCE_RAD} of the goal after {trajectory.duration_s:.2f} s "
+          f"of motion")
+    return 0
+
+
+def _raise_on_fault(monitor) -> None:
+    from twinloop_interfaces.msg import ErrorCode
+
+    from twinloop_ros.clients import ClientError
+
+    if monitor.faulted():
+        raise ClientError(f"the envelope monitor stopped the move: {monitor.fault_text()}", ErrorCode.ENVELOPE_VIOLATION)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("check", "plan offline and print the plan (nothing moves)"),
+                       ("move", "plan from the robot's position and make the move through the envelope monitor")):
+        command = sub.add_parser(name, help=text, description=text)
+        command.add_argument("--to", required=True, metavar="GOAL", help="'home' or joint positions, comma-separated")
+        command.add_argument("--twin", default="", help="twin version folder whose geometry to plan in "
+                             "(default: the workcell description's)")
+        command.add_argument("--envelope", default=None, help="envelope monitor parameter file (default "
+                             "config/envelope.yaml): position limits, speeds, workspace, keep-out boxes")
+        command.add_argument("--config", default=None, help="planning settings (default config/planning.yaml)")
+        command.add_argument("--speed", type=float, default=None, metavar="RAD_S",
+                             help="cap on every joint's speed (default: 0.8 of the envelope's limits)")
+    sub.choices["check"].add_argument("--from", dest="start", default="home", metavar="START",
+                                      help="'home' (default) or joint positions, comma-separated")
+    move = sub.choices["move"]
+    move.add_argument("--topic", default="/twinloop/planning/command", help="an input of the envelope monitor")
+    move.add_argument("--joint-states", default="/joint_states", help="measured joint states")
+    move.add_argument("--timeout", type=float, default=10.0, help="s to wait for the monitor and the joint states")
+    args = parser.parse_args(argv)
+    try:
+        return _check(args) if args.command == "check" else _move(args)
+    except PlanningError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2 if error.code in BAD_INPUT_CODES else 4
+    except (PlanningConfigError, TwinError, OSError, ValueError) as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
