@@ -222,6 +222,24 @@ def format_result(result) -> str:
     return "\n".join(lines)
 
 
+def _approach_planner(workcell):
+    """The motion planner's move to a trajectory's start: collision-free in the workcell's
+    scene and the envelope (config/envelope.yaml), checked by the monitor's code."""
+    import numpy as np
+
+    from twinloop_planning.planner import PlanningError, plan
+    from twinloop_planning.scene import PlanningScene
+
+    scene = PlanningScene.from_workcell(workcell)
+
+    def plan_move(here, first):
+        try:
+            return plan(np.clip(here, scene.lower, scene.upper), first, scene).positions
+        except PlanningError as error:
+            raise ValueError(str(error)) from error
+    return plan_move
+
+
 def _excite(args) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
@@ -275,7 +293,7 @@ def _excite(args) -> int:
         limits = motion_limits(joints, workcell.urdf_xml)
         player = ExcitationPlayer(node, command_topic=args.command_topic, limits=limits,
                                   position_range=joint_ranges(model), pause_lead=joints.pause_lead,
-                                  max_pause_s=joints.max_pause_s)
+                                  max_pause_s=joints.max_pause_s, plan_move=_approach_planner(workcell))
         recorder = IdentificationRecorder(node)
         monitor = ExcitationMonitor(node, args.monitor) if args.monitor else None
 

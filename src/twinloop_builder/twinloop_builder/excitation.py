@@ -554,19 +554,33 @@ def box_excitation(config: ExcitationConfig, box_half_size_m: float, home: Mappi
 
 
 def approach(start: Mapping[str, float], trajectory: JointTrajectory, *, max_speed: Mapping[str, float],
-             max_acceleration: Mapping[str, float]) -> JointTrajectory | None:
-    """A minimum-jerk move from the measured `start` to the trajectory's first row, within
-    the limits; None when the robot is close enough that stepping straight to the first row
-    takes under half the speed limit. The envelope monitor checks a stream's first target
-    against the measured position: a gripper resting 0.4 mm short of its target read as
-    0.11 m/s over one 4 ms step and was rejected."""
+             max_acceleration: Mapping[str, float],
+             plan_move: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+             log: Callable[[str], None] = lambda message: None) -> JointTrajectory | None:
+    """A move from the measured `start` to the trajectory's first row, within the limits;
+    None when the robot is close enough that stepping straight to the first row takes under
+    half the speed limit. The envelope monitor checks a stream's first target against the
+    measured position: a gripper resting 0.4 mm short of its target read as 0.11 m/s over
+    one 4 ms step and was rejected.
+
+    `plan_move(here, first)`: the motion planner's targets (one per row period, `here`
+    first), collision-free in the scene and checked against the envelope; it raises
+    ValueError when it cannot (e.g. a start the planner finds too near the table or the box,
+    where the last push ended): then, as without a planner, a straight minimum-jerk move."""
     first = trajectory.positions[0]
     here = np.array([start.get(j, first[i]) for i, j in enumerate(trajectory.joints)])
     dt = trajectory.t[1] - trajectory.t[0]
     speed, accel = _limit_arrays(max_speed, max_acceleration, trajectory.joints)
     if np.all(np.abs(first - here) <= 0.5 * speed * dt):
         return None
-    rows = _min_jerk_within(here, first, max(2, int(round(0.2 / dt))), dt, speed, accel)[:-1]  # then its first row
+    rows = None
+    if plan_move is not None:
+        try:
+            rows = np.asarray(plan_move(here, first))[:-1]  # then the trajectory's first row
+        except ValueError as error:
+            log(f"approach: straight minimum-jerk move instead of a planned one ({error})")
+    if rows is None or len(rows) < 2 or _stretch_needed(np.vstack([rows, first]), dt, speed, accel) > 1.0:
+        rows = _min_jerk_within(here, first, max(2, int(round(0.2 / dt))), dt, speed, accel)[:-1]
     return JointTrajectory(np.arange(len(rows)) * dt, trajectory.joints, rows)
 
 

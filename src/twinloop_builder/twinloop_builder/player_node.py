@@ -53,8 +53,11 @@ class ExcitationPlayer:
                  box_topic: str = TRACKED_BOX_POSE_TOPIC, joint_states_topic: str = "/joint_states",
                  limits: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
                  position_range: Mapping[str, tuple[float, float]] | None = None,
-                 pause_lead: Mapping[str, float] | None = None, max_pause_s: float = 0.2) -> None:
+                 pause_lead: Mapping[str, float] | None = None, max_pause_s: float = 0.2,
+                 plan_move: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> None:
         self.node = node
+        # the motion planner's move from the measured pose to a trajectory's start (excitation.approach)
+        self.plan_move = plan_move
         self.publisher = node.create_publisher(JointState, command_topic, COMMANDS)
         self.box_xyz: np.ndarray | None = None
         self.box_received = 0.0  # time.monotonic() of the last box pose
@@ -98,7 +101,8 @@ class ExcitationPlayer:
         if self.limits is not None:
             self.wait_for_joint_states(trajectory.joints)
             lead = approach(self.start_pose(), trajectory, max_speed=self.limits[0],
-                            max_acceleration=self.limits[1])
+                            max_acceleration=self.limits[1], plan_move=self.plan_move,
+                            log=self.node.get_logger().warning)
             trajectory = lead.then(trajectory) if lead is not None else trajectory
         names = list(trajectory.joints)
         paced = [(names.index(j), limit) for j, limit in self.pause_lead.items() if j in names]
