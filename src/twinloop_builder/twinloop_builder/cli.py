@@ -298,13 +298,14 @@ def _excite(args) -> int:
         monitor = ExcitationMonitor(node, args.monitor) if args.monitor else None
 
         def play(trajectory, what: str) -> None:
+            lead = player.lead_in(trajectory)  # planned while the monitor is disarmed
             # Armed right before the first target and disarmed as the stream ends: the
             # monitor's command watchdog faults on an armed stream that stops.
             if monitor:
                 monitor.check(f"before {what}")
                 monitor.set_armed(True)
             try:
-                lead_s = player.play(trajectory, stop=monitor.faulted if monitor else lambda: False)
+                lead_s = player.play(trajectory, stop=monitor.faulted if monitor else lambda: False, lead=lead)
                 if lead_s:
                     print(f"{what}: first {lead_s:.2f} s from the measured pose to its start", file=sys.stderr)
                 if player.pauses_s:

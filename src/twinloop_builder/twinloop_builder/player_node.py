@@ -94,16 +94,25 @@ class ExcitationPlayer:
                 pose[joint] = min(max(pose[joint], lower), upper)
         return pose
 
-    def play(self, trajectory: JointTrajectory, stop: Callable[[], bool] = lambda: False) -> float:
+    def lead_in(self, trajectory: JointTrajectory) -> JointTrajectory | None:
+        """The move from the measured pose to the trajectory's start (None: none needed).
+        Planned before the monitor is armed (planning takes up to seconds; an armed monitor
+        faults a stream that pauses that long)."""
+        if self.limits is None:
+            return None
+        self.wait_for_joint_states(trajectory.joints)
+        return approach(self.start_pose(), trajectory, max_speed=self.limits[0], max_acceleration=self.limits[1],
+                        plan_move=self.plan_move, log=self.node.get_logger().warning)
+
+    def play(self, trajectory: JointTrajectory, stop: Callable[[], bool] = lambda: False,
+             lead: JointTrajectory | None | bool = True) -> float:
         """Publish the rows at their times; ends early once `stop()` is true (a monitor fault).
-        Returns how long the move from the measured pose to the start took (0: none needed)."""
-        lead = None
-        if self.limits is not None:
-            self.wait_for_joint_states(trajectory.joints)
-            lead = approach(self.start_pose(), trajectory, max_speed=self.limits[0],
-                            max_acceleration=self.limits[1], plan_move=self.plan_move,
-                            log=self.node.get_logger().warning)
-            trajectory = lead.then(trajectory) if lead is not None else trajectory
+        `lead`: the move to the start (lead_in's, computed earlier), None for none, True to
+        compute it here. Returns how long the move from the measured pose to the start took
+        (0: none needed)."""
+        if lead is True:
+            lead = self.lead_in(trajectory)
+        trajectory = lead.then(trajectory) if lead is not None else trajectory
         names = list(trajectory.joints)
         paced = [(names.index(j), limit) for j, limit in self.pause_lead.items() if j in names]
         periods = np.diff(trajectory.t, append=trajectory.t[-1])

@@ -1,11 +1,13 @@
 """twinloop plan: plan a collision-free move in the twin, and make it on the robot.
 
     twinloop plan check --to 0.3,-0.5,0,-2.2,0,1.7,0.8            # offline: the plan from home, or why none
-    twinloop plan check --to home --from 0.3,-0.5,0,-2.2,0,1.7,0.8 --twin twins/emulated/v1
+    twinloop plan check --to home --from 0.3,-0.5,0,-2.2,0,1.7,0.8 --twin twins/emulated/v0
     twinloop plan move --to home                                 # from where the robot is, through the monitor
 
-GOAL and START: `home` (the workcell's home pose) or joint positions separated by commas:
-the 7 arm joints (the gripper keeps its value) or the arm and the gripper (8 values).
+GOAL and START: `home` (the workcell's home pose, config/workcell.yaml) or joint positions
+separated by commas, in the order panda_joint1..7 (rad), then optionally the gripper
+panda_finger_joint1 (m, 0 closed to 0.04 open; left out, it keeps its value). A value list
+that begins with a minus sign is written with `=`: `--to=-0.6,0.3,0,-2.5,0,3.6,0.8`.
 
 The scene: a twin version's geometry (`--twin`; default: the workcell description's, no
 twin needed) with the envelope's workspace and keep-out boxes (`--envelope`, default
@@ -28,6 +30,7 @@ import argparse
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -35,6 +38,7 @@ from twinloop_planning.config import PlanningConfigError, load_planning_config
 from twinloop_planning.planner import PlannedTrajectory, PlannerSettings, PlanningError, plan
 from twinloop_planning.scene import PlanningScene
 from twinloop_twin.bundle import TwinError
+from twinloop_twin.cli import one_line
 
 PROG = "twinloop plan"
 BAD_INPUT_CODES = ("bad_request", "start_invalid", "goal_invalid", "ik_failed")
@@ -60,10 +64,13 @@ def parse_positions(text: str, scene: PlanningScene, home: np.ndarray, held: np.
 
 
 def summary(trajectory: PlannedTrajectory, start: np.ndarray, goal: np.ndarray) -> str:
+    if len(trajectory.positions) == 1:
+        return "path: none needed, the start is the goal"
     how = "sampled around obstacles" if trajectory.sampled else "the straight line is clear"
-    return (f"path: {len(trajectory.waypoints)} waypoints, {trajectory.path_length_rad:.2f} rad in joint space "
-            f"(straight {np.linalg.norm(goal - start):.2f} rad; {how}); {trajectory.duration_s:.2f} s at "
-            f"{len(trajectory.positions)} commands; planned and checked in {trajectory.planning_s:.2f} s")
+    return (f"path: {len(trajectory.waypoints)} waypoints, joint-space length {trajectory.path_length_rad:.2f} "
+            f"(straight line {np.linalg.norm(goal - start):.2f}; {how}); {trajectory.duration_s:.2f} s of motion "
+            f"as {len(trajectory.positions) - 1} commands of {trajectory.period_s * 1e3:.0f} ms; planned and checked in "
+            f"{trajectory.planning_s:.2f} s")
 
 
 def _scene(args) -> tuple[PlanningScene, PlannerSettings, np.ndarray]:
@@ -75,6 +82,9 @@ def _scene(args) -> tuple[PlanningScene, PlannerSettings, np.ndarray]:
             raise PlanningError("bad_request", f"--speed must be > 0, got {args.speed}")
         planner = PlannerSettings(**{**planner.__dict__, "max_velocity_rad_s": args.speed})
     if args.twin:
+        if not (Path(args.twin) / "twin.yaml").is_file():
+            raise PlanningError("bad_request", f"{args.twin} is not a twin version folder (no twin.yaml): give one "
+                                "such as twins/emulated/v0 (`twinloop twin list` lists them)")
         scene = PlanningScene.from_twin(args.twin, args.envelope, scene_settings)
     else:
         scene = PlanningScene.from_workcell(load_workcell(), args.envelope, scene_settings)
@@ -190,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in (("check", "plan offline and print the plan (nothing moves)"),
                        ("move", "plan from the robot's position and make the move through the envelope monitor")):
         command = sub.add_parser(name, help=text, description=text)
-        command.add_argument("--to", required=True, metavar="GOAL", help="'home' or joint positions, comma-separated")
+        command.add_argument("--to", required=True, metavar="GOAL",
+                             help="'home' or joint positions, comma-separated: panda_joint1..7 in rad, then "
+                             "optionally the gripper in m; a list beginning with a minus sign: --to=-0.6,...")
         command.add_argument("--twin", default="", help="twin version folder whose geometry to plan in "
                              "(default: the workcell description's)")
         command.add_argument("--envelope", default=None, help="envelope monitor parameter file (default "
@@ -199,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--speed", type=float, default=None, metavar="RAD_S",
                              help="cap on every joint's speed (default: 0.8 of the envelope's limits)")
     sub.choices["check"].add_argument("--from", dest="start", default="home", metavar="START",
-                                      help="'home' (default) or joint positions, comma-separated")
+                                      help="'home' (default) or joint positions like GOAL's (--from=-0.6,... when "
+                                      "negative first)")
     move = sub.choices["move"]
     move.add_argument("--topic", default="/twinloop/planning/command", help="an input of the envelope monitor")
     move.add_argument("--joint-states", default="/joint_states", help="measured joint states")
@@ -211,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2 if error.code in BAD_INPUT_CODES else 4
     except (PlanningConfigError, TwinError, OSError, ValueError) as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
         return 2
 
 

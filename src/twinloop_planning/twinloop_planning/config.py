@@ -52,8 +52,8 @@ def _section(path: Path, raw: dict, name: str, settings_class) -> dict:
             if not isinstance(value, bool):
                 raise PlanningConfigError(f"{path}: {name}.{key} must be true or false, got {value!r}")
         elif isinstance(default, (int, float)) and not isinstance(default, bool):
-            if value is None and key == "seed":
-                pass
+            if value is None and key in ("seed", "max_velocity_rad_s"):
+                value = math.inf if key == "max_velocity_rad_s" else None
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise PlanningConfigError(f"{path}: {name}.{key} must be a finite number, got {value!r}")
         elif isinstance(default, str) and not isinstance(value, str):

@@ -101,8 +101,8 @@ def plan(start: Sequence[float], goal: Sequence[float], scene: PlanningScene,
     start, goal = _joints(start, scene, "start"), _joints(goal, scene, "goal")
     problem = scene.problem(start)
     if problem is not None:
-        raise PlanningError("start_invalid", f"the start is not a valid state: {problem}; "
-                            "move the robot clear (jog it) before planning from there")
+        raise PlanningError("start_invalid", f"the start is not a valid state: {problem}; start from a valid state "
+                            "(a robot standing there: jog it clear first)")
     problem = scene.problem(goal)
     if problem is not None:
         raise PlanningError("goal_invalid", f"the goal is not a valid state: {problem}; choose another goal")

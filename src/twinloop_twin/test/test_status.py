@@ -31,6 +31,7 @@ def test_verdicts_are_kept_per_version_beside_the_versions(tmp_path):
     assert listed.returncode == 0 and listed.stdout.startswith("emulated v0: STALE (checked "), listed.stdout
     shown = subprocess.run([TWINLOOP, "twin", "show", str(twin.path)], capture_output=True, text=True, timeout=60)
     assert "  status: STALE (checked " in shown.stdout and "round validation/c/report.json" in shown.stdout
+    assert shown.stdout.splitlines()[0].endswith("(no parent: the first version)"), shown.stdout
 
     with pytest.raises(TwinError, match="not a twin version folder"):
         record_verdict(tmp_path / "twins" / "emulated", True, "x", "r")

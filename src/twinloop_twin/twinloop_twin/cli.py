@@ -78,7 +78,8 @@ def _run(args) -> int:
         provenance = bundle.manifest.provenance
         from twinloop_twin.status import describe, load_verdicts
         print(f"{bundle.workcell} v{bundle.version}  created {provenance.created_at} by {provenance.created_by}"
-              f"  parent {provenance.parent_version}")
+              + (f"  parent v{provenance.parent_version}" if provenance.parent_version is not None
+                 else "  (no parent: the first version)"))
         verdict = load_verdicts(bundle.path.parent.parent, bundle.workcell).get(bundle.version)
         print(f"  status: {describe(verdict)}" + (f"; round {verdict.round}" if verdict else ""))
         if provenance.note:

@@ -195,8 +195,8 @@ class TrialScorer:
         self._kinematics = UrdfTransforms(workcell.urdf_xml)
         self._rest_z = float(self._sim.box_qpos()[2])
         # the identified parameters with a measured spread: what the staleness check samples
-        self.uncertain = {n: p for n, p in twin.parameters.items() if p.identifiable and p.std > 0}
-        self._uncertain_set = ParameterSet(self.uncertain)
+        # what the twin's spread is drawn over: the identified parameters with an uncertainty
+        self.uncertain = ParameterSet({n: p for n, p in twin.parameters.items() if p.identifiable and p.std > 0})
         self._rng = np.random.default_rng(self.seed)
 
     def score(self, bag_path: Path | str, replay_dir: Path | None = None) -> TrialScore:
@@ -269,7 +269,7 @@ class TrialScorer:
         squares = np.zeros(len(arm))
         for _ in range(self.draws):
             model = copy.copy(self._sim.model)
-            apply_parameters(model, sample_parameters(self._uncertain_set, self._rng))
+            apply_parameters(model, sample_parameters(self.uncertain, self._rng))
             drawn = replay(run, WorkcellSimulation(self._workcell, model=model), self._kinematics)
             squares += np.mean((drawn.twin_q[:, mean_columns] - mean_q) ** 2, axis=0)
         spread = np.sqrt(squares / self.draws + SPREAD_FLOOR_RAD ** 2)
