@@ -34,6 +34,7 @@ from twinloop_planning.config import load_planning_config  # noqa: E402
 from twinloop_planning.planner import PlanningError, plan  # noqa: E402
 from twinloop_planning.scene import PlanningScene  # noqa: E402
 from twinloop_sim.workcell_sim import WorkcellSimulation  # noqa: E402
+from twinloop_twin.motion import tracking_report  # noqa: E402
 from twinloop_twin.nominal import build_nominal_twin  # noqa: E402
 from twinloop_twin.physics import load_physics  # noqa: E402
 from twinloop_twin.workcell import default_config_dir, load_workcell  # noqa: E402
@@ -84,7 +85,7 @@ def main() -> int:
           f"valid); scene: nominal twin, envelope {'with the column' if not args.no_column else 'as shipped'}; "
           f"planner {settings.planner}")
 
-    times, ratios, durations, tracking, sampled, failures, contacts = [], [], [], [], 0, [], 0
+    times, ratios, durations, tracking, lags, sampled, failures, contacts = [], [], [], [], [], 0, [], 0
     start = home
     began = time.perf_counter()
     for index, goal in enumerate(goals):
@@ -104,6 +105,8 @@ def main() -> int:
         sampled += trajectory.sampled
         measured = execute(sim, names, trajectory.positions, trajectory.period_s)
         tracking.append(float(np.max(np.abs(measured[:, :7] - trajectory.positions[:, :7]))))
+        stamps = np.arange(len(measured)) * trajectory.period_s
+        lags.append(tracking_report(stamps, trajectory.positions[:, :7], stamps, measured[:, :7], names[:7]).latency_s)
         contacts += sum(scene.contact(np.clip(q, scene.lower, scene.upper), clearance_m=0.0) is not None
                         for q in measured[::10])
         if args.verbose:
@@ -125,7 +128,8 @@ def main() -> int:
     print(f"motion duration: median {np.median(durations):.2f} s")
     print(f"executed vs planned (emulated truth physics), largest joint error per move: median "
           f"{np.median(tracking) * 1e3:.1f} mrad, p95 {np.percentile(tracking, 95) * 1e3:.1f} mrad, max "
-          f"{tracking.max() * 1e3:.1f} mrad; measured states in contact: {contacts}")
+          f"{tracking.max() * 1e3:.1f} mrad; the measured motion lags the command by {np.median(lags) * 1e3:.0f} ms "
+          f"(median best-aligning shift: command delay and servo lag); measured states in contact: {contacts}")
     for failure in failures:
         print("  " + failure)
     print(f"bench: {elapsed:.0f} s")

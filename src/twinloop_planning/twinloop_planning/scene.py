@@ -5,12 +5,13 @@ boxes. Pure Python (no rclpy).
 The robot's collision meshes are checked with MuJoCo's collision pipeline on the twin's own
 scene; the keep-out boxes are added to that scene as solids, so the whole arm stays out of
 them, not only the link origins the envelope monitor checks. The monitor's own check
-(`cartesian_violation` on `EnvelopeMonitor.link_positions`) runs on every state as well: a
-state the planner accepts is one the monitor accepts.
+(`cartesian_violation` on `EnvelopeMonitor.link_positions`) runs on every state as well,
+its margin grown by the clearance: a state the planner accepts is one the monitor accepts,
+and so is what lies between two states the planner checked.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -55,6 +56,10 @@ class PlanningScene:
             raise ValueError(f"clearance_m must be >= 0, got {settings.clearance_m}")
         self.limits = limits
         self.settings = settings
+        # The monitor's workspace and keep-out check with the clearance added to its margin:
+        # a path checked state by state keeps that far inside what the monitor checks along
+        # every step, so what lies between two checked states does not cross its boundary.
+        self._planning_limits = replace(limits, cartesian_margin_m=limits.cartesian_margin_m + settings.clearance_m)
         self.joint_names = limits.joint_names
         self.lower = np.array(limits.lower)
         self.upper = np.array(limits.upper)
@@ -112,6 +117,7 @@ class PlanningScene:
         """Why joint positions q are not a valid state, or None. `clearance_m`: instead of
         the scene's (0: only touching counts)."""
         self.checks += 1
+        clearance = self.settings.clearance_m if clearance_m is None else clearance_m
         q = np.asarray(q, dtype=float)
         if not np.all(np.isfinite(q)):
             return "a joint position is not finite"
@@ -119,7 +125,8 @@ class PlanningScene:
         if out.size:
             return "beyond the position limits with margin: " + ", ".join(
                 f"{self.joint_names[i]}={q[i]:.3f} outside [{self.lower[i]:.3f}, {self.upper[i]:.3f}]" for i in out)
-        violation = cartesian_violation(self.limits, self._monitor.link_positions(q))
+        violation = cartesian_violation(self._planning_limits if clearance != 0 else self.limits,
+                                        self._monitor.link_positions(q))
         if violation is not None:
             return violation.reason.split(";")[0]
         contact = self.contact(q, clearance_m)
