@@ -222,12 +222,13 @@ def format_result(result) -> str:
     return "\n".join(lines)
 
 
-def _approach_planner(workcell):
-    """The motion planner's move to a trajectory's start: collision-free in the workcell's
-    scene and the envelope (config/envelope.yaml), checked by the monitor's code."""
+def _motion_checks(workcell):
+    """(plan_move, envelope_problem) on the workcell's scene and the envelope
+    (config/envelope.yaml): the motion planner's move to a trajectory's start, and why the
+    envelope monitor would fault a trajectory (checked before it is sent)."""
     import numpy as np
 
-    from twinloop_planning.planner import PlanningError, plan
+    from twinloop_planning.planner import PlanningError, monitor_problem, plan
     from twinloop_planning.scene import PlanningScene
 
     scene = PlanningScene.from_workcell(workcell)
@@ -237,7 +238,11 @@ def _approach_planner(workcell):
             return plan(np.clip(here, scene.lower, scene.upper), first, scene).positions
         except PlanningError as error:
             raise ValueError(str(error)) from error
-    return plan_move
+
+    def envelope_problem(trajectory) -> str | None:
+        period = float(trajectory.t[1] - trajectory.t[0]) if len(trajectory.t) > 1 else scene.limits.command_period_s
+        return monitor_problem(np.asarray(trajectory.positions), trajectory.joints, scene, period)
+    return plan_move, envelope_problem
 
 
 def _excite(args) -> int:
@@ -291,14 +296,23 @@ def _excite(args) -> int:
     code = 0
     try:
         limits = motion_limits(joints, workcell.urdf_xml)
+        plan_move, envelope_problem = _motion_checks(workcell)
         player = ExcitationPlayer(node, command_topic=args.command_topic, limits=limits,
                                   position_range=joint_ranges(model), pause_lead=joints.pause_lead,
-                                  max_pause_s=joints.max_pause_s, plan_move=_approach_planner(workcell))
+                                  max_pause_s=joints.max_pause_s, plan_move=plan_move)
         recorder = IdentificationRecorder(node)
         monitor = ExcitationMonitor(node, args.monitor) if args.monitor else None
 
-        def play(trajectory, what: str) -> None:
+        def play(trajectory, what: str, *, skippable: bool = False) -> None:
             lead = player.lead_in(trajectory)  # planned while the monitor is disarmed
+            # Checked before it is sent: what the monitor would fault is not streamed.
+            problem = envelope_problem(lead.then(trajectory) if lead is not None else trajectory)
+            if problem is not None:
+                if not skippable:
+                    raise ExcitationError(f"{what}: {problem}; nothing was sent")
+                print(f"{what}: skipped, not sent: {problem} (the box is out of its reach from where it lies)",
+                      file=sys.stderr)
+                return
             # Armed right before the first target and disarmed as the stream ends: the
             # monitor's command watchdog faults on an armed stream that stops.
             if monitor:
@@ -339,12 +353,12 @@ def _excite(args) -> int:
                     if path.slowed > 1.0:
                         print(f"push {index}: {push.speed_m_s / path.slowed:.2f} m/s instead of {push.speed_m_s} "
                               "(joint speed/acceleration limits)", file=sys.stderr)
-                    play(path, f"push {index}")
+                    play(path, f"push {index}", skippable=True)
                 for index, lift in enumerate(config.lifts):
                     path = lift_trajectory(lift, player.wait_for_box(), workcell.box.size_m[0] / 2,
                                            workcell.home_joint_positions, checker, max_speed=max_speed,
                                            max_acceleration=max_acceleration, command_rate_hz=joints.command_rate_hz)
-                    play(path, f"lift {index}")
+                    play(path, f"lift {index}", skippable=True)
             time.sleep(0.5)
         finally:
             recorder.stop()

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import yaml
 
-from twinloop_planning.planner import (PlannedTrajectory, PlannerSettings, PlanningError, check_trajectory, plan,
-                                       plan_to_pose, solve_ik)
+from twinloop_planning.planner import (PlannedTrajectory, PlannerSettings, PlanningError, check_trajectory,
+                                       monitor_problem, plan, plan_to_pose, solve_ik)
 from twinloop_planning.scene import PlanningScene
 from twinloop_twin.motion import minimum_jerk
 from twinloop_twin.nominal import build_nominal_twin
@@ -144,3 +144,23 @@ def test_a_trajectory_with_a_jump_would_fault_the_monitor(scene, home):
     with pytest.raises(PlanningError) as refused:
         check_trajectory(jump, scene)
     assert refused.value.code == "would_fault" and "velocity over the limit" in str(refused.value)
+
+
+def test_any_command_stream_is_checked_before_it_is_sent(scene, home):
+    """monitor_problem: the check `twinloop build excite` runs on each excitation, push and
+    lift before it arms the monitor (a push planned for a box pushed beyond reach sagged 5 mm
+    below the workspace floor and was faulted mid-push)."""
+    period = scene.limits.command_period_s
+    names = scene.joint_names
+    low = np.array(LEFT)
+    low[1] += 0.35  # the shoulder forward: the hand sinks to 0.75 m, below the floor (0.755 + 0.02 m margin)
+    steps = 400
+    down = np.array([minimum_jerk(LEFT, low, steps * period, k * period) for k in range(steps + 1)])
+    tcp_low = scene.tcp_pose(low)[0][2]
+    problem = monitor_problem(down, names, scene, period)
+    floor = scene.limits.workspace.minimum[2] + scene.limits.cartesian_margin_m
+    assert tcp_low < floor and problem is not None and "panda_hand_tcp would leave the workspace box" in problem
+    fine = monitor_problem(down[:steps // 3], names, scene, period)  # the first third stays above it
+    assert fine is None and scene.tcp_pose(down[steps // 3])[0][2] > floor, fine
+    arm_only = [n for n in names if n != "panda_finger_joint1"]
+    assert monitor_problem(down[:2, :7], arm_only, scene, period) is None  # a subset of the joints is fine

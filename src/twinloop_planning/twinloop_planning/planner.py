@@ -211,30 +211,40 @@ def time_path(waypoints: np.ndarray, scene: PlanningScene, settings: PlannerSett
     return np.array(positions), np.array(velocities)
 
 
+def monitor_problem(positions: np.ndarray, joint_names: Sequence[str], scene: PlanningScene,
+                    period_s: float) -> str | None:
+    """Why the envelope monitor would fault these targets, streamed one per `period_s` from
+    the first with the robot following each; None when it would forward them all. Any
+    command stream can be checked so before it is sent (`joint_names`: the targets' columns,
+    a subset of the envelope's joints)."""
+    monitor = EnvelopeMonitor(scene.limits, scene._monitor.kinematics)
+    names = list(joint_names)
+    monitor.on_joint_state(names, positions[0].tolist(), [], 0.0)
+    refusal = monitor.arm()
+    if refusal:
+        return f"the envelope check could not start: {refusal}"
+    for k in range(1, len(positions)):
+        monitor.on_joint_state(names, positions[k - 1].tolist(), [], k * period_s)
+        decision = monitor.check_command(names, positions[k].tolist(), k * period_s)
+        if decision.violation is not None:
+            return f"the envelope monitor would fault at {k * period_s:.3f} s: {decision.violation.reason}"
+    return None
+
+
 def check_trajectory(trajectory: PlannedTrajectory, scene: PlanningScene, *, collision_every: int = 5) -> None:
     """Refuse (PlanningError) a trajectory the envelope monitor would fault on, streamed as
     commands from its start with the robot following each target, or one that collides
     (checked every `collision_every` samples and at the end; the clearance is the planner's
     margin between checked states, so here only touching counts)."""
-    monitor = EnvelopeMonitor(scene.limits, scene._monitor.kinematics)
-    names = list(scene.joint_names)
     q = trajectory.positions
-    period = trajectory.period_s
-    monitor.on_joint_state(names, q[0].tolist(), [], 0.0)
-    refusal = monitor.arm()
-    if refusal:
-        raise PlanningError("would_fault", f"the envelope check could not start: {refusal}")
-    for k in range(1, len(q)):
-        monitor.on_joint_state(names, q[k - 1].tolist(), [], k * period)
-        decision = monitor.check_command(names, q[k].tolist(), k * period)
-        if decision.violation is not None:
-            raise PlanningError("would_fault", f"the envelope monitor would fault at {k * period:.3f} s: "
-                                f"{decision.violation.reason}")
-        if k % collision_every == 0 or k == len(q) - 1:
-            problem = scene.problem(q[k], clearance_m=0.0)
-            if problem is not None:
-                raise PlanningError("would_fault", f"the timed path leaves the checked one at {k * period:.3f} s: "
-                                    f"{problem}")
+    problem = monitor_problem(q, scene.joint_names, scene, trajectory.period_s)
+    if problem is not None:
+        raise PlanningError("would_fault", problem)
+    for k in list(range(collision_every, len(q), collision_every)) + [len(q) - 1]:
+        problem = scene.problem(q[k], clearance_m=0.0)
+        if problem is not None:
+            raise PlanningError("would_fault", f"the timed path leaves the checked one at "
+                                f"{k * trajectory.period_s:.3f} s: {problem}")
 
 
 def solve_ik(scene: PlanningScene, position: Sequence[float], rotation: np.ndarray | None, seed: Sequence[float], *,
