@@ -19,6 +19,7 @@ moveit_py cannot be installed on the machines this suite is developed on.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -78,7 +79,7 @@ class PlannedTrajectory:
     period_s: float  # one sample per command period
     positions: np.ndarray  # (m, n) the targets to command, one per period; the first is the start
     velocities: np.ndarray  # (m, n)
-    planning_s: float  # s spent finding and timing the path
+    planning_s: float  # s spent finding, timing and checking the path
     sampled: bool = field(default=True)  # False: the straight line was valid
 
     @property
@@ -112,9 +113,9 @@ def plan(start: Sequence[float], goal: Sequence[float], scene: PlanningScene,
         waypoints, sampled = _ompl_path(start, goal, scene, settings), True
     positions, velocities = time_path(waypoints, scene, settings)
     trajectory = PlannedTrajectory(scene.joint_names, waypoints, scene.limits.command_period_s, positions,
-                                   velocities, time.perf_counter() - began, sampled)
+                                   velocities, 0.0, sampled)
     check_trajectory(trajectory, scene)
-    return trajectory
+    return dataclasses.replace(trajectory, planning_s=time.perf_counter() - began)
 
 
 def _joints(values: Sequence[float], scene: PlanningScene, what: str) -> np.ndarray:

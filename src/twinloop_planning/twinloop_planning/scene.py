@@ -18,7 +18,8 @@ from typing import Sequence
 import mujoco
 import numpy as np
 
-from twinloop_safety.envelope import EnvelopeLimits, EnvelopeMonitor, cartesian_violation, load_envelope_limits
+from twinloop_safety.envelope import (EnvelopeLimits, EnvelopeMonitor, cartesian_regions, cartesian_violation,
+                                      load_envelope_limits)
 from twinloop_twin.bundle import load_twin
 from twinloop_twin.kinematics import UrdfTransforms
 from twinloop_twin.nominal import SCENE_FILE, load_twin_workcell
@@ -60,6 +61,7 @@ class PlanningScene:
         # a path checked state by state keeps that far inside what the monitor checks along
         # every step, so what lies between two checked states does not cross its boundary.
         self._planning_limits = replace(limits, cartesian_margin_m=limits.cartesian_margin_m + settings.clearance_m)
+        self._regions = {True: cartesian_regions(self._planning_limits), False: cartesian_regions(limits)}
         self.joint_names = limits.joint_names
         self.lower = np.array(limits.lower)
         self.upper = np.array(limits.upper)
@@ -125,8 +127,9 @@ class PlanningScene:
         if out.size:
             return "beyond the position limits with margin: " + ", ".join(
                 f"{self.joint_names[i]}={q[i]:.3f} outside [{self.lower[i]:.3f}, {self.upper[i]:.3f}]" for i in out)
-        violation = cartesian_violation(self._planning_limits if clearance != 0 else self.limits,
-                                        self._monitor.link_positions(q))
+        grown = clearance != 0
+        violation = cartesian_violation(self._planning_limits if grown else self.limits,
+                                        self._monitor.link_positions(q), self._regions[grown])
         if violation is not None:
             return violation.reason.split(";")[0]
         contact = self.contact(q, clearance_m)

@@ -484,8 +484,9 @@ class EnvelopeMonitor:
         if not lim.checked_links:
             return None
         steps = max(1, int(math.ceil(np.max(np.abs(end - start)) / lim.sample_spacing_rad)))
+        regions = cartesian_regions(lim)
         for k in range(1, steps + 1):
-            violation = cartesian_violation(lim, self.link_positions(start + (end - start) * (k / steps)))
+            violation = cartesian_violation(lim, self.link_positions(start + (end - start) * (k / steps)), regions)
             if violation is not None:
                 return violation
         return None
@@ -543,11 +544,19 @@ class EnvelopeMonitor:
         self._last_command_s = None
 
 
-def cartesian_violation(limits: EnvelopeLimits, points: np.ndarray) -> Violation | None:
+def cartesian_regions(limits: EnvelopeLimits) -> tuple[Box, tuple[Box, ...]]:
+    """The workspace shrunk and the keep-out boxes grown by the Cartesian margin."""
+    margin = limits.cartesian_margin_m
+    return limits.workspace.grown(-margin), tuple(box.grown(margin) for box in limits.keep_out)
+
+
+def cartesian_violation(limits: EnvelopeLimits, points: np.ndarray,
+                        regions: tuple[Box, tuple[Box, ...]] | None = None) -> Violation | None:
     """The workspace and keep-out check of one pose: `points` (n_links, 3) are the checked
     links' world positions (EnvelopeMonitor.link_positions). The monitor runs it along every
-    commanded step; a planner runs it on every state it considers."""
-    workspace = limits.workspace.grown(-limits.cartesian_margin_m)
+    commanded step; a planner runs it on every state it considers. `regions`:
+    cartesian_regions(limits), computed once by a caller that checks many poses."""
+    workspace, keep_out = regions if regions is not None else cartesian_regions(limits)
     outside = ~workspace.contains(points)
     if outside.any():
         link = limits.checked_links[int(np.argmax(outside))]
@@ -556,8 +565,8 @@ def cartesian_violation(limits: EnvelopeLimits, points: np.ndarray) -> Violation
                          f"{link} would leave the workspace box at ({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m "
                          f"(box {workspace.minimum}..{workspace.maximum} after a "
                          f"{limits.cartesian_margin_m:.3f} m margin); command a path inside it")
-    for box in limits.keep_out:
-        inside = box.grown(limits.cartesian_margin_m).contains(points)
+    for box in keep_out:
+        inside = box.contains(points)
         if inside.any():
             link = limits.checked_links[int(np.argmax(inside))]
             p = points[int(np.argmax(inside))]
