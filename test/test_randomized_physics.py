@@ -162,8 +162,18 @@ def run_draw(seed: int, work: Path, *, twins: Path | None = None, say=print) -> 
             run.problems.append(f"`{line}` exit {step.code}: {_tail(step.output)}")
         return step
 
-    demo = command(f"twinloop demo --truth-file {truth_path} --twins {twins or 'twins'} --bags bags/demo "
-                   "--log-dir log/demo")
+    line = f"twinloop demo --truth-file {truth_path} --twins {twins or 'twins'} --bags bags/demo --log-dir log/demo"
+    demo = command(line)
+    stalled = re.search(r"fault \d+ (no joint state for \d+ ms \(limit \d+ ms\))", demo.output)
+    if demo.failed and stalled:
+        # The emulated workcell publishes its joint states whatever the physics: silence on
+        # /joint_states is the host holding its process (or the monitor's), not the drawn truth
+        # (seen once in a full-suite run: 'no joint state for 251 ms (limit 250 ms)'). Played
+        # again, once, and said; a second fault counts.
+        say(f"seed {seed}: the demo's monitor saw {stalled.group(1)}: the host held a process; played again")
+        run.retried.append(f"`{line}`: {stalled.group(1)}")
+        run.problems = [p for p in run.problems if line not in p]
+        demo = command(line)
     if not demo.failed:
         _check_demo(run, demo.output, work, truth)
     run.problems += _tracebacks(work / "log" / "demo")
