@@ -89,7 +89,7 @@ def test_the_straight_move_faults_and_the_planned_one_goes_around(cell):
         assert np.all(q[arm] >= scene.lower[arm] - 1e-3) and np.all(q[arm] <= scene.upper[arm] + 1e-3), q
         q = np.clip(q, scene.lower, scene.upper)
         assert scene.contact(q, clearance_m=0.0) is None, q
-        links = scene._monitor.link_positions(q)
+        links = scene.link_positions(q)
         assert not np.any(np.all((links >= column_min) & (links <= column_max), axis=1)), q
     reached = np.array([states[-1][j] for j in JOINTS[:7]])
     assert np.max(np.abs(reached - RIGHT[:7])) < 0.01

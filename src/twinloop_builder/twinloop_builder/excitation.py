@@ -24,6 +24,7 @@ import mujoco
 import numpy as np
 import yaml
 
+from twinloop_planning.scene import descends
 from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
 
 TCP_BODY = "panda_hand_tcp"
@@ -255,7 +256,7 @@ class WorkspaceChecker:
         self._qpos = model.jnt_qposadr[[model.joint(j).id for j in ALL_JOINTS]]
         self._tcp = model.body(TCP_BODY).id
         root = model.body(ROBOT_ROOT).id
-        self._robot_bodies = {b for b in range(model.nbody) if _descends(model, b, root)}
+        self._robot_bodies = {b for b in range(model.nbody) if descends(model, b, root)}
 
     def set(self, positions: Mapping[str, float]) -> None:
         for name, value in positions.items():
@@ -289,14 +290,6 @@ class WorkspaceChecker:
         if contacts:
             problems.append(f"contact {contacts[0][0]}-{contacts[0][1]}")
         return problems
-
-
-def _descends(model: mujoco.MjModel, body: int, root: int) -> bool:
-    while body > 0:
-        if body == root:
-            return True
-        body = model.body_parentid[body]
-    return False
 
 
 def joint_excitation(config: JointExcitationConfig, home: Mapping[str, float], model: mujoco.MjModel,

@@ -93,7 +93,7 @@ def test_a_path_around_the_keep_out_column(scene):
     column_min, column_max = np.array(COLUMN[:3]) - 0.02, np.array(COLUMN[3:]) + 0.02
     for q in trajectory.positions[::4]:
         assert scene.problem(q, clearance_m=0.0) is None
-        links = scene._monitor.link_positions(q)
+        links = scene.link_positions(q)
         assert not np.any(np.all((links >= column_min) & (links <= column_max), axis=1))
     velocity, acceleration = rates(trajectory)
     assert np.all(velocity <= 0.8 * np.array(scene.limits.velocity) + 1e-9)

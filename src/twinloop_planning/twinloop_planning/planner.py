@@ -218,7 +218,7 @@ def monitor_problem(positions: np.ndarray, joint_names: Sequence[str], scene: Pl
     the first with the robot following each; None when it would forward them all. Any
     command stream can be checked so before it is sent (`joint_names`: the targets' columns,
     a subset of the envelope's joints)."""
-    monitor = EnvelopeMonitor(scene.limits, scene._monitor.kinematics)
+    monitor = EnvelopeMonitor(scene.limits, scene.kinematics)
     names = list(joint_names)
     monitor.on_joint_state(names, positions[0].tolist(), [], 0.0)
     refusal = monitor.arm()
@@ -242,10 +242,10 @@ def check_trajectory(trajectory: PlannedTrajectory, scene: PlanningScene, *, col
     if problem is not None:
         raise PlanningError("would_fault", problem)
     for k in list(range(collision_every, len(q), collision_every)) + [len(q) - 1]:
-        problem = scene.problem(q[k], clearance_m=0.0)
-        if problem is not None:
+        contact = scene.contact(q[k], clearance_m=0.0)  # limits and workspace: the monitor checked them
+        if contact is not None:
             raise PlanningError("would_fault", f"the timed path leaves the checked one at "
-                                f"{k * trajectory.period_s:.3f} s: {problem}")
+                                f"{k * trajectory.period_s:.3f} s: collision {contact[0]}-{contact[1]}")
 
 
 def solve_ik(scene: PlanningScene, position: Sequence[float], rotation: np.ndarray | None, seed: Sequence[float], *,

@@ -67,6 +67,7 @@ class PlanningScene:
         self.upper = np.array(limits.upper)
         self.model = _with_keep_out(spec, limits)
         self.data = mujoco.MjData(self.model)
+        self.kinematics = kinematics
         self._monitor = EnvelopeMonitor(limits, kinematics)
         model = self.model
         unknown = [j for j in self.joint_names if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, j) < 0]
@@ -76,7 +77,7 @@ class PlanningScene:
         self._mimic = [(model.joint(m).qposadr[0], self.joint_names.index(leader))
                        for m, leader in MIMICS.items() if leader in self.joint_names]
         root = model.body(ROBOT_ROOT).id
-        self._robot = np.array([_descends(model, b, root) for b in range(model.nbody)])
+        self._robot = np.array([descends(model, b, root) for b in range(model.nbody)])
         allowed = set(settings.allowed)
         unknown = allowed - {model.body(b).name for b in range(model.nbody)}
         if unknown:
@@ -129,11 +130,15 @@ class PlanningScene:
                 f"{self.joint_names[i]}={q[i]:.3f} outside [{self.lower[i]:.3f}, {self.upper[i]:.3f}]" for i in out)
         grown = clearance != 0
         violation = cartesian_violation(self._planning_limits if grown else self.limits,
-                                        self._monitor.link_positions(q), self._regions[grown])
+                                        self.link_positions(q), self._regions[grown])
         if violation is not None:
             return violation.reason.split(";")[0]
         contact = self.contact(q, clearance_m)
         return None if contact is None else f"collision {contact[0]}-{contact[1]} ({contact[2] * 1000:.0f} mm)"
+
+    def link_positions(self, q: Sequence[float]) -> np.ndarray:
+        """World positions of the envelope's checked links at q (the monitor's own kinematics)."""
+        return self._monitor.link_positions(np.asarray(q, dtype=float))
 
     def valid(self, q: Sequence[float]) -> bool:
         return self.problem(q) is None
@@ -178,7 +183,8 @@ def _with_keep_out(spec: mujoco.MjSpec, limits: EnvelopeLimits) -> mujoco.MjMode
     return spec.compile()
 
 
-def _descends(model: mujoco.MjModel, body: int, root: int) -> bool:
+def descends(model: mujoco.MjModel, body: int, root: int) -> bool:
+    """Whether `body` is `root` or lies below it in the kinematic tree."""
     while body > 0:
         if body == root:
             return True
