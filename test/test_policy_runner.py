@@ -67,6 +67,7 @@ def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
                          log_path=cell.logs / "runner.log")
     cell.extra += [recorder, runner]
     policy_commands = cell.probe.collect(JointState, "/twinloop/policy/command", RELIABLE)
+    reset_commands = cell.probe.collect(JointState, "/twinloop/planning/command", RELIABLE)
     feedback = []
     result = cell.run_trials(str(policy.folder), num_trials=2, feedback=feedback.append, runner_log=runner.log)
     assert result.error.code == ErrorCode.NONE, result.error.message + runner.log()
@@ -100,6 +101,17 @@ def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
     sent_cmds = [(stamp_s(m.header.stamp), list(m.position)) for _, m in policy_commands]
     assert len(sent_cmds) > 300
     assert all(out.get(t) == p for t, p in sent_cmds), "a policy command was changed or dropped by the monitor"
+    # The second trial's reset brought the arm home from the first one's goal along a planned
+    # path (planned_reset, the runner's default), every command of it forwarded unchanged.
+    log = runner.log()
+    assert "trial 1: reset move to the start pose on the straight line" in log, log
+    reset_sent = [(stamp_s(m.header.stamp), list(m.position)) for _, m in reset_commands]
+    # trial 1's reset: from the first command at trial 0's goal (holds until the monitor is
+    # armed: not forwarded) to the first that leaves it, then the move home
+    at_goal = next(i for i, (_, p) in enumerate(reset_sent) if abs(p[0] - goal[0]) < 0.02)  # where trial 0 ended
+    leaving = next(i for i in range(at_goal, len(reset_sent)) if reset_sent[i][1] != reset_sent[at_goal][1])
+    assert len(reset_sent) - leaving > 100 and abs(reset_sent[-1][1][0] - home[0]) < 1e-6, len(reset_sent)
+    assert all(out.get(t) == p for t, p in reset_sent[leaving:]), "a reset command was changed or dropped"
     assert cell.latest_status().state == EnvelopeStatus.STATE_DISARMED
     final = cell.measured()
     assert abs(final["panda_joint1"] - goal[0]) < 0.01 and abs(final["panda_joint2"] - goal[1]) < 0.01

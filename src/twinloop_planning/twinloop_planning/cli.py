@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +40,6 @@ from twinloop_twin.cli import one_line
 
 PROG = "twinloop plan"
 BAD_INPUT_CODES = ("bad_request", "start_invalid", "goal_invalid", "ik_failed")
-SETTLE_TOLERANCE_RAD = 0.01  # rad (m for the gripper): reached when every joint is this near the goal
-SETTLE_TIMEOUT_S = 5.0
 
 
 def parse_positions(text: str, scene: PlanningScene, home: np.ndarray, held: np.ndarray) -> np.ndarray:
@@ -111,87 +107,27 @@ def _move(args) -> int:
 
 
 def _move_live(session, args, scene: PlanningScene, settings: PlannerSettings, home: np.ndarray) -> int:
-    from sensor_msgs.msg import JointState
-    from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
+    from twinloop_interfaces.msg import ErrorCode
 
-    from twinloop_planning.execution import TargetStream, stream_targets
+    from twinloop_planning.mover_node import SETTLE_TOLERANCE_RAD, LiveMover
     from twinloop_ros.clients import ClientError, EnvelopeClient
     from twinloop_ros.command_line import Progress
-    from twinloop_ros.qos import COMMANDS, SENSOR
 
     progress = Progress()
-    names = list(scene.joint_names)
-    measured: dict[str, float] = {}
-    session.node.create_subscription(JointState, args.joint_states,
-                                     lambda m: measured.update(zip(m.name, m.position)), SENSOR)
     monitor = EnvelopeClient(session.node)
-    status = monitor.wait_for_status(args.timeout)
+    mover = LiveMover(session.node, scene, settings, monitor, command_topic=args.topic, joint_states=args.joint_states)
+    monitor.wait_for_status(args.timeout)
     if monitor.faulted():
         raise ClientError(f"the envelope monitor has a latched fault ({monitor.fault_text()}): check the cell, "
                           "`twinloop monitor reset`, then move", ErrorCode.NOT_READY)
-    deadline = time.monotonic() + args.timeout
-    while not all(j in measured for j in names):
-        if time.monotonic() > deadline:
-            raise ClientError(f"no {args.joint_states} with {', '.join(names)} within {args.timeout:.0f} s: start the "
-                              "robot driver (or the emulated workcell)", ErrorCode.NOT_READY)
-        time.sleep(0.02)
-    here = np.array([measured[j] for j in names])
-    start = np.clip(here, scene.lower, scene.upper)  # a measured joint at its limit reads a hair beyond it
-    goal = parse_positions(args.to, scene, home, start)
     progress("planning")
-    trajectory = plan(start, goal, scene, settings)
+    start, goal, trajectory = mover.plan_from_here(lambda start: parse_positions(args.to, scene, home, start),
+                                                   args.timeout)
     progress(summary(trajectory, start, goal))
-
-    publisher = session.node.create_publisher(JointState, args.topic, COMMANDS)
-
-    def publish(q: np.ndarray) -> None:
-        msg = JointState(name=names, position=[float(v) for v in q])
-        msg.header.stamp = session.node.get_clock().now().to_msg()
-        publisher.publish(msg)
-    stream = TargetStream(trajectory.positions[0])
-    stop = threading.Event()
-    streamer = threading.Thread(target=stream_targets, args=(stream, publish, trajectory.period_s, stop),
-                                name="planned_targets", daemon=True)
-    armed_here = status.state != EnvelopeStatus.STATE_ARMED
-    streamer.start()
-    try:
-        time.sleep(0.1)  # a few holds first: the monitor's first step is referenced to the measurement
-        if armed_here:
-            monitor.arm(args.timeout)
-        stream.follow(list(trajectory.positions[1:]))
-        total = len(trajectory.positions) - 1
-        while not stream.idle():
-            _raise_on_fault(monitor)
-            progress(f"moving: {int(100 * (1 - stream.remaining() / total)) // 10 * 10} %")
-            time.sleep(0.05)
-        settled = time.monotonic() + SETTLE_TIMEOUT_S
-        while True:
-            _raise_on_fault(monitor)
-            error = np.abs(np.array([measured[j] for j in names]) - goal)
-            if np.all(error < SETTLE_TOLERANCE_RAD):
-                break
-            if time.monotonic() > settled:
-                worst = int(np.argmax(error))
-                raise ClientError(f"the arm did not settle at the goal within {SETTLE_TIMEOUT_S:.0f} s "
-                                  f"({names[worst]} {error[worst]:.3f} off)", ErrorCode.UNKNOWN)
-            time.sleep(0.02)
-    finally:
-        if armed_here:
-            monitor.disarm_nowait()
-        stop.set()
-        streamer.join(timeout=2.0)
+    mover.execute(trajectory, goal, args.timeout, progress)
     print(f"reached: every joint within {SETTLE_TOLERANCE_RAD} of the goal after {trajectory.duration_s:.2f} s "
           f"of motion")
     return 0
-
-
-def _raise_on_fault(monitor) -> None:
-    from twinloop_interfaces.msg import ErrorCode
-
-    from twinloop_ros.clients import ClientError
-
-    if monitor.faulted():
-        raise ClientError(f"the envelope monitor stopped the move: {monitor.fault_text()}", ErrorCode.ENVELOPE_VIOLATION)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ stepped on a simulated clock, with the policy stepped at its rate. The recorder 
 stand-in that keeps the sessions it was asked for and records the topics it is told to."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from twinloop_policy.runner import ObservationAssembler, PolicyLoop, PolicyRun, load_module
@@ -36,6 +37,10 @@ class SimulatedCell:
         self.sessions: list[tuple[str, int, str]] = []  # (session id, trial index, split)
         self.recorded_topics = ("/joint_states", "/joint_command")
         self.operator_confirms = True
+        self.operator_notes: list[str] = []  # what the operator was told with each reset
+        self.scene = None  # the planning scene of move_to_start, built at its first call
+        self.reset_path: list[dict] = []
+        self.reset_forwarded = 0
         self.policy: tuple[PolicyLoop, ObservationAssembler] | None = None
         self.sent: list[list[float]] = []  # what the policy sent
         self.forwarded: list[list[float]] = []  # what the monitor let through
@@ -85,13 +90,52 @@ class SimulatedCell:
         else:
             self.monitor.disarm()
 
+    def move_to_start(self) -> tuple[bool, str]:
+        """The real planner (twinloop_planning) in the workcell's scene, to home, streamed
+        through the monitor's core at its command period; the arm's positions at each
+        command are kept in `reset_path`."""
+        from twinloop_planning.planner import PlanningError, plan
+        from twinloop_planning.scene import PlanningScene, SceneSettings
+
+        self.calls.append("move_to_start")
+        if self.scene is None:
+            self.scene = PlanningScene.from_workcell(load_workcell(), settings=SceneSettings(allowed=("box",)))
+        names = list(self.scene.joint_names)
+        measured = self.sim.true_joint_positions()
+        start = np.clip([measured[j] for j in names], self.scene.lower, self.scene.upper)
+        home = load_workcell().home_joint_positions
+        try:
+            trajectory = plan(start, [home[j] for j in names], self.scene)
+        except PlanningError as error:
+            return False, f"no plan ({error.code}): {error}"
+        refused = self.monitor.arm()
+        assert not refused, refused
+        self.reset_path = []
+        for target in trajectory.positions:
+            decision = self.monitor.check_command(names, target, self.sim.time_s)
+            if decision.forward is None:
+                return False, f"the monitor stopped the move: {decision.violation or decision.rejected_quietly}"
+            self.sim.command(decision.names, decision.forward)
+            self.reset_forwarded += 1
+            self.reset_path.append(dict(self.sim.true_joint_positions()))
+            for _ in range(2):  # 4 ms per command, joint states every 2 ms
+                self._advance()
+        for _ in range(75):  # 0.3 s holding the goal: the arm settles
+            self.monitor.check_command(names, trajectory.positions[-1], self.sim.time_s)
+            self._advance()
+            self._advance()
+        self.reset_path.append(dict(self.sim.true_joint_positions()))
+        self.monitor.disarm()
+        return True, f"{trajectory.duration_s:.1f} s, sampled {trajectory.sampled}"
+
     def reset_scene(self) -> None:
         self.calls.append("reset_scene")
         self.sim.reset()
         self._state()
 
-    def confirm_reset(self, index: int) -> tuple[bool, str]:
+    def confirm_reset(self, index: int, note: str = "") -> tuple[bool, str]:
         self.calls.append("confirm_reset")
+        self.operator_notes.append(note)
         return self.operator_confirms, "" if self.operator_confirms else "the box fell off the table"
 
     def start_recording(self, session_id: str, index: int, plan: TrialPlan) -> str:

@@ -102,3 +102,42 @@ def test_start_runs_the_sequence_in_a_worker_and_keeps_how_it_ended(cell, reach)
     sequence.start().join(timeout=60.0)
     assert sequence.error is not None and sequence.error.code == "NOT_READY"
     assert np.isfinite(cell.now_s())
+
+
+def test_a_planned_reset_brings_the_arm_home_through_the_monitor(cell, reach, workcell):
+    """planned_reset: after a trial that ended at the reach goal, the next reset moves the
+    arm home on the planner's path (twinloop_planning, real OMPL/ruckig), every command
+    forwarded by the monitor, no state in contact, the arm within 10 mrad of home before
+    the scene is reset."""
+    from twinloop_planning.scene import PlanningScene
+
+    cell.load(reach)
+    outcomes = TrialSequence(plan(reach, planned_reset=True), cell, clock=cell.now_s).run()
+    assert [o.success for o in outcomes] == [True, True]
+    assert cell.calls == (["disarm", "move_to_start"] + PER_TRIAL[1:]) * 2
+    home = workcell.home_joint_positions
+    names = cell.scene.joint_names
+    before_reset = cell.reset_path[-1]  # the second reset's end: the first trial left the arm at the goal
+    error = max(abs(before_reset[j] - home[j]) for j in names)
+    assert error < 0.01, f"{error:.4f} rad from home after the planned reset"
+    moved = max(abs(cell.reset_path[0][j] - home[j]) for j in names)
+    assert moved > 0.1, moved  # it started away from home (the reach goal: 0.15 and 0.1 rad off)
+    assert cell.reset_forwarded > 100 and cell.monitor.state is State.DISARMED
+    touching = PlanningScene.from_workcell(workcell)
+    assert all(touching.contact([q[j] for j in names], clearance_m=0.0) is None for q in cell.reset_path)
+
+
+def test_a_reset_that_cannot_be_planned_is_left_to_the_simulator_or_the_operator_with_the_reason(cell, reach,
+                                                                                                  workcell):
+    from twinloop_planning.scene import PlanningScene, SceneSettings
+
+    cell.load(reach)
+    # 0.2 m of clearance: the table is nearer than that to every pose, home included
+    cell.scene = PlanningScene.from_workcell(workcell, settings=SceneSettings(clearance_m=0.2))
+    outcomes = TrialSequence(plan(reach, num_trials=1, planned_reset=True), cell, clock=cell.now_s).run()
+    assert [o.success for o in outcomes] == [True] and "reset_scene" in cell.calls
+    outcomes = TrialSequence(plan(reach, num_trials=1, planned_reset=True, simulated=False), cell,
+                             clock=cell.now_s).run()
+    assert "confirm_reset" in cell.calls
+    assert cell.operator_notes[-1].startswith("the arm was not moved to its start pose (no plan (start_invalid)")
+    assert cell.operator_notes[-1].endswith("move it there yourself")

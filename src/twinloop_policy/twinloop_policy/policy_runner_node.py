@@ -56,6 +56,14 @@ class PolicyRunnerNode(Node):
             "record_ready_timeout_s": (5.0, "s, wait for the recorder to find required topics' publishers"),
             "bag_dir": ("", "parent folder of the trial bags; empty: the recorder's default"),
             "twin_version": ("", "twin in use, recorded with each trial (e.g. emulated/v0)"),
+            "planned_reset": (True, "before each trial, bring the arm to start_pose along a collision-free path "
+                              "planned in the workcell's scene (twinloop_planning), through the monitor"),
+            "start_pose": ([0.0], "joint positions of the trial's start, in the envelope's joint order "
+                           "(panda_joint1..7 rad, panda_finger_joint1 m); [0.0] or empty: the workcell's home pose"),
+            "planning_topic": ("/twinloop/planning/command", "the monitor's input the reset move is streamed on"),
+            "envelope_config": ("", "the envelope monitor's parameter file the reset is planned within; empty: "
+                                "config/envelope.yaml"),
+            "planning_config": ("", "planner settings (config/planning.yaml format); empty: config/planning.yaml"),
         })
         self.loop: PolicyLoop | None = None
         self.assembler: ObservationAssembler | None = None
@@ -71,6 +79,8 @@ class PolicyRunnerNode(Node):
                                  reset_service=self.p["reset_service"], operator_service=self.p["operator_service"],
                                  bag_dir=self.p["bag_dir"], record_profile=self.p["record_profile"],
                                  run_policy=self.run_policy, observations_missing=self.observations_missing)
+        if self.p["planned_reset"]:
+            self.cell.start_mover = self._start_mover()
         ActionServer(self, RunTrials, "~/run_trials", execute_callback=self.execute,
                      cancel_callback=lambda _: CancelResponse.ACCEPT)
         if self.p["policy_path"]:
@@ -82,6 +92,38 @@ class PolicyRunnerNode(Node):
                 self._autostart_timer = self.create_timer(0.2, self._autostart_once)
         self.get_logger().info("policy runner up" + (f": {self.loop.spec.policy_version} at "
                                                      f"{self.loop.spec.rate_hz:.0f} Hz" if self.loop else ""))
+
+    def _start_mover(self):
+        """The planner the trial resets use: the workcell description's scene (the box may be
+        touched: it is put back with the scene) within the monitor's envelope."""
+        from dataclasses import replace
+
+        import numpy as np
+        from twinloop_planning.config import PlanningConfigError, load_planning_config
+        from twinloop_planning.mover_node import LiveMover
+        from twinloop_planning.planner import PlanningError
+        from twinloop_planning.scene import PlanningScene
+        from twinloop_twin.workcell import load_workcell
+
+        try:
+            settings, scene_settings = load_planning_config(self.p["planning_config"] or None)
+            workcell = load_workcell()
+            scene = PlanningScene.from_workcell(workcell, self.p["envelope_config"] or None,
+                                                replace(scene_settings, allowed=tuple(scene_settings.allowed) + ("box",)))
+        except (PlanningConfigError, PlanningError, OSError, ValueError) as error:
+            raise StartupError(f"planned_reset: {error}; fix the file or set planned_reset false") from None
+        pose = [float(v) for v in self.p["start_pose"]]
+        if pose in ([], [0.0]):
+            pose = [workcell.home_joint_positions[j] for j in scene.joint_names]
+        if len(pose) != len(scene.joint_names):
+            raise StartupError(f"start_pose has {len(pose)} values: give {len(scene.joint_names)} "
+                               f"({', '.join(scene.joint_names)})")
+        problem = scene.problem(pose)
+        if problem is not None:
+            raise StartupError(f"start_pose {pose} is not a valid state to plan to: {problem}")
+        mover = LiveMover(self, scene, settings, self.cell.envelope, command_topic=self.p["planning_topic"],
+                          joint_states=self.p["joint_states_topic"])
+        return mover, np.array(pose)
 
     def load_policy(self, policy_path: str) -> None:
         """Load and check a policy folder and make it the one stepped (executor thread only)."""
@@ -182,7 +224,7 @@ class PolicyRunnerNode(Node):
             timeout_s=goal.trial_timeout_s or spec.trial_timeout_s, simulated=self.p["simulated"],
             settle_s=self.p["settle_s"], required_topics=tuple(self.p["record_required_topics"]),
             record_ready_timeout_s=self.p["record_ready_timeout_s"], arm_monitor=self.p["arm_monitor"],
-            observation_timeout_s=self.p["observation_timeout_s"])
+            observation_timeout_s=self.p["observation_timeout_s"], planned_reset=self.p["planned_reset"])
         return TrialSequence(plan, self.cell, log=lambda m: self.get_logger().info(
             f"{m}; {self.stale_skips} steps skipped on stale observations so far"))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
+import numpy as np
 from rclpy.node import Node
 from twinloop_interfaces.msg import ErrorCode, SessionId
 from twinloop_interfaces.srv import ConfirmReset, ResetWorkcell
@@ -28,6 +29,9 @@ class RosTrialCell:
                  bag_dir: str, record_profile: str, run_policy: Callable[[float], tuple[bool, str]],
                  observations_missing: Callable[[], str]) -> None:
         self.envelope = EnvelopeClient(node, monitor=monitor)
+        # (twinloop_planning.mover_node.LiveMover, the start pose in its joint order) for planned
+        # trial resets; None: resets are not planned
+        self.start_mover = None
         self.recorder = RecorderClient(node, recorder=recorder)
         self._reset = node.create_client(ResetWorkcell, reset_service)
         self._operator = node.create_client(ConfirmReset, operator_service)
@@ -51,14 +55,35 @@ class RosTrialCell:
                 error.code = ErrorCode.ENVELOPE_VIOLATION  # the monitor answered and refused
             raise failed(error, f"{'arming' if armed else 'disarming'} the envelope monitor") from None
 
+    def move_to_start(self) -> tuple[bool, str]:
+        from twinloop_planning.planner import PlanningError
+
+        if self.start_mover is None:
+            return False, "planned resets are off (the runner's planned_reset parameter)"
+        mover, start_pose = self.start_mover
+        try:
+            start, goal, trajectory = mover.plan_from_here(start_pose, SERVICE_WAIT_S)
+            if len(trajectory.positions) == 1:
+                return True, "not needed: the arm is at its start pose"
+            mover.execute(trajectory, goal, SERVICE_WAIT_S)
+        except PlanningError as error:
+            return False, f"no plan ({error.code}): {error}"
+        except ClientError as error:
+            return False, f"the move failed: {error}"
+        how = "around obstacles" if trajectory.sampled else "on the straight line"
+        return True, (f"to the start pose {how}: joint path {trajectory.path_length_rad:.2f} rad "
+                      f"(straight {np.linalg.norm(goal - start):.2f}), {trajectory.duration_s:.1f} s, planned in "
+                      f"{trajectory.planning_s:.2f} s")
+
     def reset_scene(self) -> None:
         try:
             call_service(self._reset, ResetWorkcell.Request(reset_box=True), SERVICE_WAIT_S, "start the simulator")
         except ClientError as error:
             raise failed(error, "scene reset failed") from None
 
-    def confirm_reset(self, index: int) -> tuple[bool, str]:
-        request = ConfirmReset.Request(prompt=f"reset the scene for trial {index}, then confirm", trial_index=index)
+    def confirm_reset(self, index: int, note: str = "") -> tuple[bool, str]:
+        prompt = f"reset the scene for trial {index}, then confirm" + (f" ({note})" if note else "")
+        request = ConfirmReset.Request(prompt=prompt, trial_index=index)
         try:
             response = call_service(self._operator, request, SERVICE_WAIT_S, "start the operator's ConfirmReset service")
         except ClientError as error:

@@ -42,6 +42,7 @@ class TrialPlan:
     record_ready_timeout_s: float = 5.0
     arm_monitor: bool = True
     observation_timeout_s: float = 5.0  # wait for every observation term's first value
+    planned_reset: bool = False  # bring the arm to its start pose along a planned path before each trial
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,11 @@ class TrialCell(Protocol):
 
     def set_armed(self, armed: bool) -> None: ...
 
+    def move_to_start(self) -> tuple[bool, str]: ...  # the arm to its start pose, planned: (moved, what happened)
+
     def reset_scene(self) -> None: ...  # simulation: put robot and box back
 
-    def confirm_reset(self, index: int) -> tuple[bool, str]: ...  # hardware: (confirmed, operator note)
+    def confirm_reset(self, index: int, note: str = "") -> tuple[bool, str]: ...  # hardware: (confirmed, operator note)
 
     def start_recording(self, session_id: str, index: int, plan: TrialPlan) -> str: ...  # the bag path
 
@@ -151,21 +154,38 @@ class TrialSequence:
         return outcome
 
     def reset(self, index: int) -> None:
-        """A latched fault cleared (simulation only), the monitor disarmed, the scene reset."""
+        """A latched fault cleared (simulation only), the monitor disarmed, the arm brought to
+        its start pose along a planned path (planned_reset; a move that cannot be planned or
+        made is said, and left to the simulator's reset or the operator), the scene reset."""
         plan, cell = self.plan, self.cell
-        if cell.monitor_faulted():
-            if not plan.simulated:
-                raise TrialFailed("ENVELOPE_VIOLATION", "the envelope monitor holds a fault: check the cell and "
-                                  "reset it (the monitor's ~/reset_fault) before more trials")
-            cell.clear_fault("runner: simulated trial reset")
+        self.clear_fault()
         self.arm(False)
+        note = ""
+        if plan.planned_reset:
+            moved, what = cell.move_to_start()
+            if moved:
+                self.log(f"trial {index}: reset move {what}")
+            else:
+                self.log(f"trial {index}: no planned reset move: {what}; "
+                         + ("the simulator puts the arm back" if plan.simulated else "the operator is asked to"))
+                note = f"the arm was not moved to its start pose ({what}): move it there yourself"
+                self.clear_fault()  # a move the monitor stopped
+                self.arm(False)
         if plan.simulated:
             cell.reset_scene()
         else:
-            confirmed, note = cell.confirm_reset(index)
+            confirmed, operator_note = cell.confirm_reset(index, note)
             if not confirmed:
-                raise TrialFailed("CANCELED", f"operator declined the reset: {note}")
+                raise TrialFailed("CANCELED", f"operator declined the reset: {operator_note}")
         cell.sleep(plan.settle_s)
+
+    def clear_fault(self) -> None:
+        """A latched fault is cleared in simulation; on hardware the trials stop for the operator."""
+        if self.cell.monitor_faulted():
+            if not self.plan.simulated:
+                raise TrialFailed("ENVELOPE_VIOLATION", "the envelope monitor holds a fault: check the cell and "
+                                  "reset it (the monitor's ~/reset_fault) before more trials")
+            self.cell.clear_fault("runner: simulated trial reset")
 
     def wait_for_observations(self, index: int) -> None:
         """Return once every observation term has a value (before arming: the monitor's
