@@ -163,3 +163,39 @@ def test_scan_visits_every_view_held_still_within_the_limits(workcell, spec):
     with pytest.raises(ExcitationError, match="not reachable safely"):
         scan_trajectory(dict(workcell.home_joint_positions, panda_joint2=1.6), checker, max_speed=max_speed,
                         max_acceleration=max_acceleration)
+
+
+def test_scan_moves_planned_by_the_motion_planner_pass_the_monitors_check(workcell, spec):
+    """The scan as `twinloop build excite --kind scan` plays it: its moves between views are
+    the planner's (twinloop_planning), and the whole scan passes the envelope monitor's own
+    check; every view is still held for the hold time."""
+    from twinloop_builder.excitation import scan_trajectory, scan_view_positions
+    from twinloop_planning.planner import monitor_problem, plan
+    from twinloop_planning.scene import PlanningScene
+
+    scene = PlanningScene.from_workcell(workcell)
+    config = load_excitation_config(default_config_dir() / "excitation.yaml")
+    max_speed, max_acceleration = motion_limits(config.joints, workcell.urdf_xml)
+    checker = WorkspaceChecker(spec.compile(), workcell.table_top_height_m)
+    planned = []
+
+    def plan_move(here, there):
+        planned.append(plan(here, there, scene))
+        return planned[-1].positions
+
+    path = scan_trajectory(workcell.home_joint_positions, checker, max_speed=max_speed,
+                           max_acceleration=max_acceleration, hold_s=0.5, plan_move=plan_move)
+    views = scan_view_positions(workcell.home_joint_positions)
+    assert len(planned) == len(views)  # every move, the last one home
+    assert monitor_problem(path.positions, path.joints, scene, path.t[1] - path.t[0]) is None
+    assert all(scene.contact(q, clearance_m=0.0) is None for q in path.positions[::25])
+    for view in views[1:]:
+        target = np.array([view[j] for j in COMMANDED_JOINTS])
+        at = np.all(np.abs(path.positions - target) < 1e-12, axis=1)
+        assert at.sum() * (path.t[1] - path.t[0]) >= 0.5 - 1e-9, view
+
+    def refuse(here, there):
+        raise ValueError("no path found")
+    with pytest.raises(ExcitationError, match="the move to scan view 1 cannot be planned: no path found"):
+        scan_trajectory(workcell.home_joint_positions, checker, max_speed=max_speed,
+                        max_acceleration=max_acceleration, plan_move=refuse)

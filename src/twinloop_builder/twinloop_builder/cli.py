@@ -224,8 +224,9 @@ def format_result(result) -> str:
 
 def _motion_checks(workcell):
     """(plan_move, envelope_problem) on the workcell's scene and the envelope
-    (config/envelope.yaml): the motion planner's move to a trajectory's start, and why the
-    envelope monitor would fault a trajectory (checked before it is sent)."""
+    (config/envelope.yaml): the motion planner's move (to a trajectory's start, between scan
+    views; targets at the envelope's command period), and why the envelope monitor would
+    fault a trajectory (checked before it is sent)."""
     import numpy as np
 
     from twinloop_planning.planner import PlanningError, monitor_problem, plan
@@ -279,7 +280,8 @@ def _excite(args) -> int:
             max_speed, max_acceleration = motion_limits(joints, workcell.urdf_xml)
             trajectory = scan_trajectory(workcell.home_joint_positions, WorkspaceChecker(model, workcell.table_top_height_m),
                                          max_speed=max_speed, max_acceleration=max_acceleration,
-                                         command_rate_hz=joints.command_rate_hz)
+                                         command_rate_hz=joints.command_rate_hz,
+                                         plan_move=_motion_checks(workcell)[0])
         else:
             trajectory = None
     except ExcitationError as error:

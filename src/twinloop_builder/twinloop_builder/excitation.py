@@ -624,11 +624,14 @@ def scan_view_positions(home: Mapping[str, float]) -> list[dict[str, float]]:
 
 def scan_trajectory(home: Mapping[str, float], checker: WorkspaceChecker, *, max_speed: Mapping[str, float],
                     max_acceleration: Mapping[str, float], command_rate_hz: float = 250.0,
-                    hold_s: float = 1.0) -> JointTrajectory:
+                    hold_s: float = 1.0,
+                    plan_move: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> JointTrajectory:
     """Home -> each scan view in turn (held `hold_s` still for sharp, synchronized frames) -> home.
 
-    Every view is checked against the twin's scene (no contact, hand above the table); the
-    moves between them are minimum-jerk within the speed and acceleration limits."""
+    Every view is checked against the twin's scene (no contact, hand above the table). The
+    moves between them: `plan_move(here, there)` (the motion planner's targets, one per
+    command period, `here` first; it raises ValueError when it cannot: the scan is then
+    refused with its reason), else minimum-jerk within the speed and acceleration limits."""
     views = scan_view_positions(home)
     for index, view in enumerate(views):
         problems = checker.violations(view)
@@ -639,9 +642,15 @@ def scan_trajectory(home: Mapping[str, float], checker: WorkspaceChecker, *, max
     current = np.array([views[0][j] for j in COMMANDED_JOINTS])
     rows = [current[None, :]]
     hold = max(1, int(round(hold_s / dt)))
-    for view in [*views[1:], views[0]]:
+    for index, view in enumerate([*views[1:], views[0]], start=1):
         target = np.array([view[j] for j in COMMANDED_JOINTS])
-        rows.append(_min_jerk_within(current, target, int(round(1.0 / dt)), dt, speed, accel)[1:])
+        if plan_move is None:
+            rows.append(_min_jerk_within(current, target, int(round(1.0 / dt)), dt, speed, accel)[1:])
+        else:
+            try:
+                rows.append(np.asarray(plan_move(current, target))[1:])
+            except ValueError as error:
+                raise ExcitationError(f"the move to scan view {index % len(views)} cannot be planned: {error}") from None
         rows.append(np.repeat(target[None, :], hold, axis=0))
         current = target
     positions = np.vstack(rows)
