@@ -48,6 +48,8 @@ class SimulatedLiveCell:
         self.stream: TargetStream | None = None
         self.states_armed: list[str] = []
         self.forwarded = 0
+        self.tf_kinematics = None  # set: frame_pose answers like a tf2 buffer would
+        self.tf_lookups = 0
         self._next_command_s = 0.0
         self._advance()
 
@@ -90,6 +92,15 @@ class SimulatedLiveCell:
 
     def fault(self) -> str:
         return self.monitor.fault.reason if self.monitor.state is State.FAULT else ""
+
+    def frame_pose(self, parent: str, child: str, stamp_ns: int):
+        """A tf stand-in when `tf_kinematics` is set: the link's pose from the true joint
+        positions (what robot_state_publisher would send from noise-free encoders), at the
+        latest image's stamp only."""
+        if self.tf_kinematics is None or stamp_ns != self.now_ns() or parent != "world":
+            return None
+        self.tf_lookups += 1
+        return self.tf_kinematics.world_T_link(child, self.sim.true_joint_positions())
 
     def next_image(self, camera: str, after_ns: int, timeout_s: float) -> Frame:
         frame_s = (math.floor(after_ns * 1e-9 / CAMERA_PERIOD_S) + 1) * CAMERA_PERIOD_S
@@ -144,6 +155,22 @@ def test_live_run_calibrates_the_wrist_camera_through_the_monitor(tmp_path, work
     assert cell.states_armed == ["armed", "disarmed"] and cell.monitor.state is State.DISARMED
     assert cell.forwarded > 0.9 * cell.sim.time_s / COMMAND_PERIOD_S - 100
     assert stages[0] == "moving" and {"detecting", "solving"} <= set(stages)
+
+
+def test_gripper_poses_come_from_the_cells_transforms_where_it_has_them(tmp_path, workcell, kinematics, detector):
+    """Where the cell offers transforms (tf2 on a ROS 2 install), each view's gripper pose is
+    the cell's at the image's stamp, not forward kinematics of the measured joint state."""
+    cell = SimulatedLiveCell(workcell, kinematics)
+    cell.tf_kinematics = kinematics
+    settings = CalibrationSettings(calibration_root=str(tmp_path), num_views=6, folds=3, bootstrap=0)
+    outcome = WorkcellCalibration(workcell, detector, settings).calibrate(
+        CalibrationRequest("live", "wrist_camera", "eye_in_hand"), cell=cell, camera_info=camera_info(workcell))
+    assert cell.tf_lookups >= outcome.solved.views_used >= 5
+    home = workcell.home_joint_positions
+    hand_T_wrist = (se3.inv(kinematics.world_T_link("panda_hand", home))
+                    @ kinematics.world_T_link("wrist_camera_color_optical_frame", home))
+    error_m, error_rad = se3.errors(outcome.solved.transform, hand_T_wrist)
+    assert error_m < 0.5e-3 and math.degrees(error_rad) < 0.1, (error_m, error_rad)
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])

@@ -18,10 +18,11 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 from rclpy.action import ActionServer, CancelResponse
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from tf2_msgs.msg import TFMessage
 from twinloop_interfaces.action import Calibrate
 from twinloop_interfaces.msg import ErrorCode
 
@@ -32,9 +33,10 @@ from twinloop_planning.execution import TargetStream, stream_targets
 from twinloop_calibration.targets import TargetDetector, load_targets
 from twinloop_calibration.workcell_calibration import CalibrationRequest, CalibrationSettings, WorkcellCalibration
 from twinloop_ros.clients import ClientError, EnvelopeClient
+from twinloop_ros.frames import FrameLookup, StaticFrames
 from twinloop_ros.messages import image_to_numpy, tf_msg
 from twinloop_ros.node import StartupError, await_worker, declare, make_executor, run_node
-from twinloop_ros.qos import COMMANDS, LATCHED, RELIABLE
+from twinloop_ros.qos import COMMANDS, RELIABLE
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.workcell import default_config_dir, load_workcell
 
@@ -108,7 +110,13 @@ class CalibrationServer(Node):
         self.envelope = EnvelopeClient(self, monitor=p["monitor_node"]) if p["monitor_node"] else None
         self._stream_stop = threading.Event()
         self._streamer: threading.Thread | None = None
-        self.tf_static_pub = self.create_publisher(TFMessage, "/tf_static", LATCHED)
+        # Results out on /tf_static, the gripper's pose at each image from /tf: tf2_ros where
+        # installed (twinloop_ros.frames); without it, forward kinematics of the joint states.
+        self.static_frames = StaticFrames(self)
+        self.frame_lookup = FrameLookup(self)
+        self.get_logger().info(f"frames: results via {self.static_frames.via}; gripper poses "
+                               + ("from tf2 (/tf)" if self.frame_lookup.available else
+                                  "by forward kinematics of /joint_states (tf2_ros not installed)"))
         ActionServer(self, Calibrate, "~/calibrate", execute_callback=self.execute,
                      cancel_callback=lambda _: CancelResponse.ACCEPT)
 
@@ -161,8 +169,9 @@ class CalibrationServer(Node):
             self.get_logger().error(f"calibration failed: {error!r}")
             goal_handle.abort()
             return result
-        stamp = self.get_clock().now().to_msg()
-        self.tf_static_pub.publish(tf_msg(list(self.core.published.values()), stamp))
+        now = self.get_clock().now()
+        self.static_frames.send(list(self.core.published.values()), now.nanoseconds)
+        stamp = now.to_msg()
         solved = outcome.solved
         result.transform = tf_msg([outcome.frame], stamp).transforms[0]
         result.covariance = [float(v) for v in solved.covariance.ravel()]
@@ -221,6 +230,9 @@ class CalibrationServer(Node):
 
     def fault(self) -> str:
         return self.envelope.fault_text() if self.envelope is not None else ""
+
+    def frame_pose(self, parent: str, child: str, stamp_ns: int) -> np.ndarray | None:
+        return self.frame_lookup.lookup(parent, child, stamp_ns)
 
     def next_image(self, camera: str, after_ns: int, timeout_s: float) -> Frame:
         deadline = time.monotonic() + timeout_s

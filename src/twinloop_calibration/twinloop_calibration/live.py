@@ -118,6 +118,10 @@ class LiveCell(Protocol):
 
     def next_image(self, camera: str, after_ns: int, timeout_s: float) -> Frame: ...  # raises TimeoutError
 
+    # parent_T_child at a stamp from the cell's transforms (tf2 where installed); None when
+    # the cell has none: the run then uses forward kinematics of the joint state at the stamp
+    def frame_pose(self, parent: str, child: str, stamp_ns: int) -> np.ndarray | None: ...
+
 
 @dataclass(frozen=True)
 class LiveSettings:
@@ -144,12 +148,15 @@ class LiveRun:
 
     def __init__(self, cell: LiveCell, detector: TargetDetector, forward_kinematics: Callable[[np.ndarray], np.ndarray],
                  settings: LiveSettings = LiveSettings(), *, log: Callable[[str], None] = lambda message: None,
-                 plan_move: Callable[[np.ndarray, np.ndarray], list[np.ndarray]] | None = None) -> None:
+                 plan_move: Callable[[np.ndarray, np.ndarray], list[np.ndarray]] | None = None,
+                 frames: tuple[str, str] | None = None) -> None:
         """`plan_move(start, goal)`: the targets of a move, one per command period (the
         motion planner's); it raises ValueError for a move it cannot make safely. None:
-        straight minimum-jerk moves (move_targets)."""
+        straight minimum-jerk moves (move_targets). `frames`: (base, gripper) frame names
+        whose transform at each image's stamp the cell is asked for (`frame_pose`); None, or
+        a cell without them: forward kinematics."""
         self.cell, self.detector, self.fk, self.settings, self.log = cell, detector, forward_kinematics, settings, log
-        self.plan_move = plan_move
+        self.plan_move, self.frames = plan_move, frames
         self.stream: TargetStream | None = None
 
     def first_joint_state(self) -> np.ndarray:
@@ -188,8 +195,17 @@ class LiveRun:
                         continue
                     out.detections[camera].append(detection)
                     if camera == moving_camera:
-                        out.views.append(View(self.fk(q), detection, label=str(index)))
+                        out.views.append(View(self.gripper_pose(frame.stamp_ns, q), detection, label=str(index)))
         return out
+
+    def gripper_pose(self, stamp_ns: int, q: np.ndarray) -> np.ndarray:
+        """base_T_gripper at an image's stamp: the cell's transforms (`frames`: (base,
+        gripper) frame names) where it has them, else forward kinematics of q."""
+        if self.frames is not None:
+            pose = self.cell.frame_pose(self.frames[0], self.frames[1], stamp_ns)
+            if pose is not None:
+                return pose
+        return self.fk(q)
 
     @contextmanager
     def _streaming(self, hold: np.ndarray) -> Iterator[None]:

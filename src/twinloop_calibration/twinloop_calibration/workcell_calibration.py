@@ -110,7 +110,8 @@ class WorkcellCalibration:
             if cell is None:
                 raise calibration_error("NOT_READY", "a live calibration needs the cell (robot, cameras, monitor)")
             run = LiveRun(cell, self.detector, self.fk, s.live, log=self.log,
-                          plan_move=self.move_planner() if s.live.plan_moves else None)
+                          plan_move=self.move_planner() if s.live.plan_moves else None,
+                          frames=(s.base_frame, s.gripper_frame))
             start = dict(zip(ARM_JOINTS, run.first_joint_state()))
             plan = self.planner(moving).plan(count, start, seed=s.seed)
             poses = [np.array([p.joint_positions[j] for j in ARM_JOINTS]) for p in plan]

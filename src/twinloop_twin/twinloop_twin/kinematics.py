@@ -81,3 +81,10 @@ def matrix_to_quaternion_xyzw(rotation: np.ndarray) -> tuple[float, float, float
     q = pin.Quaternion(np.asarray(rotation, dtype=float))
     q.normalize()
     return float(q.x), float(q.y), float(q.z), float(q.w)
+
+
+def quaternion_xyzw_to_matrix(x: float, y: float, z: float, w: float) -> np.ndarray:
+    """The rotation matrix of a quaternion in ROS ordering (normalized first)."""
+    q = pin.Quaternion(float(w), float(x), float(y), float(z))
+    q.normalize()
+    return q.toRotationMatrix()
