@@ -10,7 +10,8 @@ What is checked, per ament_python package under src/:
   `sensor_msgs`) that the package declares as <depend> or <exec_depend>. Imports of the
   package's own tests (src/<package>/test/) may also be declared as <test_depend>. The
   standard library needs nothing. PIP_ONLY imports have no rosdep key: they are exempt from
-  package.xml and must instead be pinned in tools/requirements.txt. The launch files
+  package.xml and must instead be pinned in tools/requirements.txt. MOVEIT_ONLY imports
+  (MoveIt 2, used where installed) are exempt too, and allowed in one module only. The launch files
   (launch/*.launch.py) are installed by twinloop_bringup and count as its modules.
   Not checked: setup.py (build time), the top-level test/, bench/ and tools/ (they span
   packages and belong to no manifest).
@@ -82,6 +83,11 @@ PIP_ONLY = {
 }
 ISAAC_SIM_MODULE = "twinloop_sim.isaac_twin_bridge"
 ISAAC_SIM_ONLY = {"isaacsim", "omni"}
+# MoveIt 2 (moveit_py and what its backend builds messages with): imported only by
+# MOVEIT_MODULE, and only where importable (moveit_backend.AVAILABLE); not declared, so that
+# rosdep does not install MoveIt for every user of the suite.
+MOVEIT_ONLY = {"moveit", "moveit_configs_utils", "moveit_msgs", "shape_msgs"}
+MOVEIT_MODULE = "twinloop_planning.moveit_backend"
 
 
 @dataclass
@@ -224,6 +230,11 @@ def test_every_import_is_declared(package):
                 if module.name != ISAAC_SIM_MODULE:
                     problems.append(f"{module.where(line)}: imports {name}, which exists only inside Isaac Sim; "
                                     f"only {ISAAC_SIM_MODULE} may")
+                continue
+            if name in MOVEIT_ONLY:
+                if module.name != MOVEIT_MODULE:
+                    problems.append(f"{module.where(line)}: imports {name} (MoveIt 2, installed only on some "
+                                    f"machines); only {MOVEIT_MODULE} may")
                 continue
             if name in PIP_ONLY:
                 if PIP_ONLY[name].lower() not in pins:

@@ -40,6 +40,7 @@ LOADERS: list[tuple[str, str]] = [
     ("config/calibration_targets.yaml", "calibration_targets"),
     ("config/policy_task.yaml", "policy_task"),
     ("config/planning.yaml", "planning"),
+    ("config/moveit_cpp.yaml", "moveit_cpp"),
     ("config/*.yaml", "parameters"),  # any other YAML in config/ is a ROS 2 parameter file
     ("urdf/*.urdf", "urdf"),
 ]
@@ -427,6 +428,21 @@ def test_planning_file_loads_and_documents_the_defaults(relative):
     from twinloop_planning.planner import PlannerSettings
     from twinloop_planning.scene import SceneSettings
     assert load_planning_config(ROOT / relative) == (PlannerSettings(), SceneSettings())
+
+
+@pytest.mark.parametrize("relative", _files_of("moveit_cpp"))
+def test_moveit_cpp_file_names_what_moveitpy_reads(relative):
+    """MoveItPy's settings (the moveit_py backend; MoveIt itself is not installed here): the
+    planning scene monitor's options, the pipelines, and request defaults whose pipeline is
+    one of them and whose timing is left to twinloop_planning (scaling 1)."""
+    import yaml
+    document = yaml.safe_load((ROOT / relative).read_text())
+    assert {"planning_scene_monitor_options", "planning_pipelines", "plan_request_params"} <= set(document)
+    assert document["planning_scene_monitor_options"]["robot_description"] == "robot_description"
+    request = document["plan_request_params"]
+    assert request["planning_pipeline"] in document["planning_pipelines"]["pipeline_names"]
+    assert request["max_velocity_scaling_factor"] == request["max_acceleration_scaling_factor"] == 1.0
+    assert request["planning_time"] > 0 and request["planning_attempts"] >= 1
 
 
 @pytest.mark.parametrize("relative", _files_of("excitation"))

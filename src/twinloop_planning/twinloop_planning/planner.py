@@ -14,8 +14,10 @@ the envelope's limits, checked by the envelope monitor's own code. Pure Python (
    monitor node runs) as a stream of commands from the start; a sample it would fault on,
    or one in collision, refuses the plan (PlanningError 'would_fault' / 'collision').
 
-The moveit_py backend (MoveIt 2's planning scene and time parametrization) is not written:
-moveit_py cannot be installed on the machines this suite is developed on.
+Backends (`PlannerSettings.backend`): `ompl` (1 and 2 above, the default) or `moveit_py`
+(MoveIt 2's planning scene, PlanningComponent and time parametrization, where moveit_py is
+installed: twinloop_planning.moveit_backend). Either way the start and goal are validated
+here and 3 holds: a MoveIt plan is checked with the envelope monitor's code too.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from twinloop_safety.envelope import EnvelopeMonitor
 
 _SEEDED = False
 PLANNERS = ("RRTConnect", "AORRTC", "RRTstar", "BITstar", "RRT", "KPIECE1", "BKPIECE1", "LBKPIECE1", "PRM")
+BACKENDS = ("ompl", "moveit_py")
 
 
 class PlanningError(Exception):
@@ -58,8 +61,14 @@ class PlannerSettings:
     max_velocity_rad_s: float = math.inf  # a stage's own cap on every joint's speed (rad/s, m/s for a finger)
     jerk_per_acceleration: float = 10.0  # jerk limit = this x the acceleration limit (1/s)
     seed: int | None = 0  # OMPL's sampler seed, taken by a process's first plan (None: OMPL's own)
+    backend: str = "ompl"  # ompl | moveit_py (where installed)
+    moveit_config_package: str = "moveit_resources_panda_moveit_config"  # SRDF, kinematics, pipelines
+    moveit_group: str = "panda_arm"
+    moveit_cpp_file: str = ""  # MoveItPy's settings; empty: config/moveit_cpp.yaml
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise PlanningError("bad_request", f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         if self.planner not in PLANNERS:
             raise PlanningError("bad_request", f"planner {self.planner!r} is not one of {', '.join(PLANNERS)}")
         for name in ("time_limit_s", "resolution_rad", "jerk_per_acceleration", "max_velocity_rad_s"):
@@ -107,11 +116,20 @@ def plan(start: Sequence[float], goal: Sequence[float], scene: PlanningScene,
     problem = scene.problem(goal)
     if problem is not None:
         raise PlanningError("goal_invalid", f"the goal is not a valid state: {problem}; choose another goal")
-    if _motion_valid(scene, start, goal, settings.resolution_rad):
+    if settings.backend == "moveit_py":
+        from twinloop_planning.moveit_backend import MoveItUnavailable, moveit_backend
+
+        try:
+            positions, velocities, waypoints = moveit_backend(scene, settings).trajectory(start, goal, settings)
+        except MoveItUnavailable as error:
+            raise PlanningError("bad_request", str(error)) from None
+        sampled = True
+    elif _motion_valid(scene, start, goal, settings.resolution_rad):
         waypoints, sampled = np.stack([start, goal]), False
+        positions, velocities = time_path(waypoints, scene, settings)
     else:
         waypoints, sampled = _ompl_path(start, goal, scene, settings), True
-    positions, velocities = time_path(waypoints, scene, settings)
+        positions, velocities = time_path(waypoints, scene, settings)
     trajectory = PlannedTrajectory(scene.joint_names, waypoints, scene.limits.command_period_s, positions,
                                    velocities, 0.0, sampled)
     check_trajectory(trajectory, scene)

@@ -37,6 +37,22 @@ TOUCHING_BY_DESIGN = frozenset({frozenset({"panda_leftfinger", "panda_rightfinge
 
 
 @dataclass(frozen=True)
+class Obstacle:
+    """One solid of the scene that is not the robot, in the world frame, as another collision
+    checker takes it (MoveIt's planning scene): `kind` box (size: full extents, m), sphere
+    (radius), cylinder (radius, full height), plane (the table's ground plane; size empty),
+    or mesh (vertices (k, 3) in the solid's frame, faces (f, 3) vertex indices)."""
+
+    name: str
+    kind: str
+    size: tuple[float, ...]
+    position: np.ndarray  # (3,) m
+    rotation: np.ndarray  # (3, 3)
+    vertices: np.ndarray | None = None
+    faces: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
 class SceneSettings:
     """clearance_m: the least distance between the robot and anything not robot (the
     robot's parts may come as close as touching); allowed: bodies the robot may touch
@@ -50,9 +66,10 @@ class PlanningScene:
     """Validity of joint positions (the envelope's commandable joints, in its order)."""
 
     def __init__(self, spec: mujoco.MjSpec, limits: EnvelopeLimits, kinematics: UrdfTransforms,
-                 settings: SceneSettings = SceneSettings()) -> None:
+                 settings: SceneSettings = SceneSettings(), urdf_xml: str = "") -> None:
         """`spec`: the scene's MuJoCo description (a twin version's scene.xml, or the
-        workcell's as built from its description); the keep-out boxes are added to it."""
+        workcell's as built from its description); the keep-out boxes are added to it.
+        `urdf_xml`: the robot description the kinematics came from (for another backend)."""
         if settings.clearance_m < 0:
             raise ValueError(f"clearance_m must be >= 0, got {settings.clearance_m}")
         self.limits = limits
@@ -66,6 +83,7 @@ class PlanningScene:
         self.lower = np.array(limits.lower)
         self.upper = np.array(limits.upper)
         self.model = _with_keep_out(spec, limits)
+        self.urdf_xml = urdf_xml
         self.data = mujoco.MjData(self.model)
         self.kinematics = kinematics
         self._monitor = EnvelopeMonitor(limits, kinematics)
@@ -95,9 +113,10 @@ class PlanningScene:
         """The scene of a twin version, with the envelope an envelope monitor started with
         `envelope_config` (default config/envelope.yaml) enforces."""
         bundle = load_twin(twin_path)
-        kinematics = UrdfTransforms(load_twin_workcell(bundle).urdf_xml)
+        urdf_xml = load_twin_workcell(bundle).urdf_xml
+        kinematics = UrdfTransforms(urdf_xml)
         limits = load_envelope_limits(envelope_config or default_config_dir() / "envelope.yaml", kinematics)
-        return cls(mujoco.MjSpec.from_file(str(bundle.file_path(SCENE_FILE))), limits, kinematics, settings)
+        return cls(mujoco.MjSpec.from_file(str(bundle.file_path(SCENE_FILE))), limits, kinematics, settings, urdf_xml)
 
     @classmethod
     def from_workcell(cls, workcell: WorkcellDescription, envelope_config: Path | str | None = None,
@@ -107,7 +126,7 @@ class PlanningScene:
         kinematics = UrdfTransforms(workcell.urdf_xml)
         limits = load_envelope_limits(envelope_config or default_config_dir() / "envelope.yaml", kinematics)
         physics = load_physics(default_config_dir() / "nominal_physics.yaml")
-        return cls(build_workcell_spec(workcell, physics), limits, kinematics, settings)
+        return cls(build_workcell_spec(workcell, physics), limits, kinematics, settings, workcell.urdf_xml)
 
     def set(self, q: Sequence[float]) -> None:
         q = np.asarray(q, dtype=float)
@@ -167,6 +186,43 @@ class PlanningScene:
                 names = (names[0], model.geom(contact.geom2).name)
             return names[0], names[1], float(contact.dist)
         return None
+
+    def obstacles(self) -> list[Obstacle]:
+        """Every colliding solid that is not the robot's nor an allowed body's, keep-out boxes
+        included, where it stands (none of them moves with the robot). Capsules and
+        ellipsoids are given as the cylinder or box that bounds them."""
+        model, data = self.model, self.data
+        self.set(np.clip(np.zeros(len(self.joint_names)), self.lower, self.upper))
+        out = []
+        for g in range(model.ngeom):
+            body = model.geom_bodyid[g]
+            if self._robot[body] or self._allowed[body] or not (model.geom_contype[g] or model.geom_conaffinity[g]):
+                continue
+            name = model.geom(g).name or f"{model.body(body).name}/geom{g}"
+            kind, size = int(model.geom_type[g]), model.geom_size[g]
+            position, rotation = data.geom_xpos[g].copy(), data.geom_xmat[g].reshape(3, 3).copy()
+            geom = mujoco.mjtGeom
+            if kind == geom.mjGEOM_BOX:
+                out.append(Obstacle(name, "box", tuple(float(2 * v) for v in size), position, rotation))
+            elif kind == geom.mjGEOM_SPHERE:
+                out.append(Obstacle(name, "sphere", (float(size[0]),), position, rotation))
+            elif kind == geom.mjGEOM_CYLINDER:
+                out.append(Obstacle(name, "cylinder", (float(size[0]), float(2 * size[1])), position, rotation))
+            elif kind == geom.mjGEOM_CAPSULE:
+                out.append(Obstacle(name, "cylinder", (float(size[0]), float(2 * (size[1] + size[0]))), position,
+                                    rotation))
+            elif kind == geom.mjGEOM_ELLIPSOID:
+                out.append(Obstacle(name, "box", tuple(float(2 * v) for v in size), position, rotation))
+            elif kind == geom.mjGEOM_PLANE:
+                out.append(Obstacle(name, "plane", (), position, rotation))
+            elif kind == geom.mjGEOM_MESH:
+                mesh = model.geom_dataid[g]
+                first, count = model.mesh_vertadr[mesh], model.mesh_vertnum[mesh]
+                face, faces = model.mesh_faceadr[mesh], model.mesh_facenum[mesh]
+                out.append(Obstacle(name, "mesh", (), position, rotation,
+                                    model.mesh_vert[first:first + count].copy(),
+                                    model.mesh_face[face:face + faces].copy()))
+        return out
 
     def tcp_pose(self, q: Sequence[float], body: str = TCP_BODY) -> tuple[np.ndarray, np.ndarray]:
         self.set(q)
