@@ -229,14 +229,14 @@ def _motion_checks(workcell):
     fault a trajectory (checked before it is sent)."""
     import numpy as np
 
-    from twinloop_planning.planner import PlanningError, monitor_problem, plan
+    from twinloop_planning.planner import PlanningError, monitor_problem, plan_from_measured
     from twinloop_planning.scene import PlanningScene
 
     scene = PlanningScene.from_workcell(workcell)
 
     def plan_move(here, first):
         try:
-            return plan(np.clip(here, scene.lower, scene.upper), first, scene).positions
+            return plan_from_measured(here, first, scene).positions
         except PlanningError as error:
             raise ValueError(str(error)) from error
 

@@ -19,8 +19,7 @@ from twinloop_calibration.intrinsics import CameraModel, calibrate_intrinsics, f
 from twinloop_calibration.live import LiveCell, LiveRun, LiveSettings, calibration_error
 from twinloop_calibration.pose_planner import PlannerLimits, PosePlanner
 from twinloop_calibration.targets import TargetDetector
-from twinloop_planning.planner import PlannerSettings, PlanningError
-from twinloop_planning.planner import plan as plan_motion
+from twinloop_planning.planner import PlannerSettings, PlanningError, plan_from_measured
 from twinloop_planning.scene import PlanningScene
 from twinloop_twin.kinematics import FrameTransform, UrdfTransforms
 from twinloop_twin.physics import ARM_JOINTS
@@ -168,10 +167,8 @@ class WorkcellCalibration:
         def plan_move(start: np.ndarray, goal: np.ndarray) -> list[np.ndarray]:
             a, b = held.copy(), held.copy()
             a[arm], b[arm] = start, goal
-            # the start is where the last move ended: inside the limits, up to rounding
-            a = np.clip(a, scene.lower, scene.upper)
             try:
-                trajectory = plan_motion(a, b, scene, settings)
+                trajectory = plan_from_measured(a, b, scene, settings)  # where the last move ended
             except PlanningError as error:
                 raise ValueError(str(error)) from error
             return list(trajectory.positions[1:, arm])

@@ -164,3 +164,19 @@ def test_any_command_stream_is_checked_before_it_is_sent(scene, home):
     assert fine is None and scene.tcp_pose(down[steps // 3])[0][2] > floor, fine
     arm_only = [n for n in names if n != "panda_finger_joint1"]
     assert monitor_problem(down[:2, :7], arm_only, scene, period) is None  # a subset of the joints is fine
+
+
+def test_a_measured_start_a_hair_beyond_a_limit_is_taken_at_it(scene, home):
+    """A joint resting at its limit reads a little beyond it: within 10 mrad it is planned
+    from the limit; further out the start is what it is, and refused."""
+    from twinloop_planning.planner import plan_from_measured
+
+    start = home.copy()
+    start[6] = scene.upper[6] + 0.005  # panda_joint7 (the hand's turn) just past its upper limit with margin
+    trajectory = plan_from_measured(start, home, scene)
+    assert trajectory.positions[0][6] == scene.upper[6]
+    np.testing.assert_allclose(trajectory.positions[-1], home)
+    start[6] = scene.upper[6] + 0.05
+    with pytest.raises(PlanningError) as refused:
+        plan_from_measured(start, home, scene)
+    assert refused.value.code == "start_invalid" and "panda_joint7" in str(refused.value)

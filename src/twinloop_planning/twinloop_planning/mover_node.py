@@ -18,7 +18,7 @@ from sensor_msgs.msg import JointState
 from twinloop_interfaces.msg import EnvelopeStatus, ErrorCode
 
 from twinloop_planning.execution import TargetStream, stream_targets
-from twinloop_planning.planner import PlannedTrajectory, PlannerSettings, plan
+from twinloop_planning.planner import PlannedTrajectory, PlannerSettings, plan, start_from_measured
 from twinloop_planning.scene import PlanningScene
 from twinloop_ros.clients import ClientError, EnvelopeClient
 from twinloop_ros.qos import COMMANDS, SENSOR
@@ -57,8 +57,7 @@ class LiveMover:
                        ) -> tuple[np.ndarray, np.ndarray, PlannedTrajectory]:
         """(start, goal, trajectory) from the measured position; `goal` may be a function of
         the start (e.g. a gripper that keeps its value). Raises PlanningError."""
-        here = self.measured(timeout_s)
-        start = np.clip(here, self.scene.lower, self.scene.upper)  # a joint at its limit reads a hair beyond it
+        start = start_from_measured(self.measured(timeout_s), self.scene)
         goal = goal(start) if callable(goal) else np.asarray(goal, dtype=float)
         return start, goal, plan(start, goal, self.scene, self.settings)
 

@@ -136,6 +136,24 @@ def plan(start: Sequence[float], goal: Sequence[float], scene: PlanningScene,
     return dataclasses.replace(trajectory, planning_s=time.perf_counter() - began)
 
 
+MEASURED_SLACK = 0.01  # rad (m for the gripper): how far beyond a limit a measured start is taken as at it
+
+
+def plan_from_measured(measured: Sequence[float], goal: Sequence[float], scene: PlanningScene,
+                       settings: PlannerSettings = PlannerSettings()) -> PlannedTrajectory:
+    """plan() from where the robot is measured: a joint resting at its limit (with margin)
+    reads a hair beyond it, so a start within MEASURED_SLACK of the limits is taken as at
+    them; one further out is what it is (PlanningError 'start_invalid')."""
+    return plan(start_from_measured(measured, scene), goal, scene, settings)
+
+
+def start_from_measured(measured: Sequence[float], scene: PlanningScene) -> np.ndarray:
+    """The measured position with every joint within MEASURED_SLACK beyond a limit put at it."""
+    measured = _joints(measured, scene, "start")
+    near = (measured >= scene.lower - MEASURED_SLACK) & (measured <= scene.upper + MEASURED_SLACK)
+    return np.where(near, np.clip(measured, scene.lower, scene.upper), measured)
+
+
 def _joints(values: Sequence[float], scene: PlanningScene, what: str) -> np.ndarray:
     q = np.asarray(values, dtype=float).ravel()
     if q.shape != (len(scene.joint_names),):
