@@ -71,8 +71,8 @@ class RosTrialCell:
         except ClientError as error:
             return False, f"the move failed: {error}"
         how = "around obstacles" if trajectory.sampled else "on the straight line"
-        return True, (f"to the start pose {how}: joint path {trajectory.path_length_rad:.2f} rad "
-                      f"(straight {np.linalg.norm(goal - start):.2f}), {trajectory.duration_s:.1f} s, planned in "
+        return True, (f"to the start pose {how}: joint path {trajectory.path_length_rad:.3f} rad "
+                      f"(straight {np.linalg.norm(goal - start):.3f}), {trajectory.duration_s:.2f} s, planned in "
                       f"{trajectory.planning_s:.2f} s")
 
     def reset_scene(self) -> None:
