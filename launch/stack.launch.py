@@ -24,6 +24,7 @@ def generate_launch_description() -> LaunchDescription:
     robot_urdf = LaunchConfiguration('robot_urdf')
     reset_service = LaunchConfiguration('reset_service')
     simulated = LaunchConfiguration('simulated')
+    envelope_file = LaunchConfiguration('envelope_file')
     config_dir = PathJoinSubstitution([share_dir, 'config'])
     sim_time = {'use_sim_time': ParameterValue(use_sim_time, value_type=bool)}
 
@@ -45,18 +46,26 @@ def generate_launch_description() -> LaunchDescription:
                                           'false (hardware): the policy runner asks the operator to confirm'),
         DeclareLaunchArgument('reset_service', default_value='/emulated_workcell/reset',
                               description="the simulator's ResetWorkcell service (when simulated)"),
+        DeclareLaunchArgument('envelope_file', default_value=PathJoinSubstitution([share_dir, 'config', 'envelope.yaml']),
+                              description="the envelope monitor's parameter file (limits, workspace, keep-out boxes); "
+                                          'the policy runner and the calibration server plan within it too'),
     ]
-    nodes = stack_launch_nodes(config_dir, common=[sim_time], overrides={
+    envelope_config = ParameterValue(envelope_file, value_type=str)
+    overrides = {
         'policy_runner': {
             'simulated': ParameterValue(simulated, value_type=bool),
             'reset_service': ParameterValue(reset_service, value_type=str),
+            'envelope_config': envelope_config,
         },
+        'calibration_server': {'envelope_config': envelope_config},
         # The twin's predicted robot (replays) as a ghost: the same description the
         # workcell publishes, frames prefixed ghost/.
         'ghost_state_publisher': {
             'robot_description': ParameterValue(WorkcellDescription(workcell_urdf, robot_urdf), value_type=str),
         },
-    })
+    }
+    nodes = stack_launch_nodes(config_dir, common=[sim_time], overrides=overrides,
+                               params_files={'envelope_monitor': envelope_file})
     rviz = Node(package='rviz2', executable='rviz2', name='rviz2', output='screen',
                 arguments=['-d', PathJoinSubstitution([share_dir, 'config', 'twinloop.rviz'])],
                 parameters=[sim_time], condition=IfCondition(gui))

@@ -575,6 +575,11 @@ def option_runs() -> list[Run]:
         "calibrate_std_nan": (["calibrate", "--dataset", str(HANDEYE / "cal_data.yaml"),
                                "--max-translation-std-m", "nan"], None),
         "twin_list_missing_root": (["twin", "list", "--root", "{work}/no_twins"], None),
+        # refused before any node starts
+        "bringup_envelope_missing": (["bringup", "--envelope", "{work}/nowhere.yaml", "--log-dir", "{work}/log"],
+                                     None),
+        "bringup_envelope_not_an_envelope": (["bringup", "--envelope", "{work}/taken.yaml", "--log-dir",
+                                              "{work}/log"], existing_file("taken.yaml")),
         # --monitor '': accepted by mistake, excite waits for a recorder that is not there and exits 3
         "excite_lead_in_nan": (["build", "excite", "--split", "fit", "--lead-in", "nan", "--monitor", ""], None),
         "excite_lead_in_negative": (["build", "excite", "--split", "fit", "--lead-in", "-1", "--monitor", ""], None),

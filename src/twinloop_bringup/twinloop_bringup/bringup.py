@@ -3,6 +3,7 @@
     twinloop bringup                      # emulated workcell + the twinloop stack, Ctrl-C stops all
     twinloop bringup --without policy_runner calibration_server
     twinloop bringup --no-workcell        # a robot driver provides the hardware contract
+    twinloop bringup --envelope my_envelope.yaml   # the monitor's limits, workspace and keep-out boxes
 
 Not a launch system, but the same node set as `launch/emulated.launch.py`
 (`twinloop_bringup.node_set`), each node in a process of its own with the parameter files
@@ -21,7 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
-from twinloop_bringup.node_set import NODE_NAMES, StackNode, stack_nodes
+from twinloop_bringup.node_set import ENVELOPE_READERS, NODE_NAMES, StackNode, stack_nodes
 from twinloop_ros.process import NodeProcess
 from twinloop_twin.workcell import default_config_dir
 
@@ -29,15 +30,22 @@ EXIT_BAD_ARGUMENTS = 2
 EXIT_NODE_DIED = 3
 
 
-def node_process(node: StackNode, domain_id: int, config_dir: Path, log_dir: Path) -> NodeProcess:
-    """Start one node of the stack as `ros2 launch` would: its name, parameter file, overrides, remaps."""
+def node_process(node: StackNode, domain_id: int, config_dir: Path, log_dir: Path,
+                 envelope: Path | None = None) -> NodeProcess:
+    """Start one node of the stack as `ros2 launch` would: its name, parameter file, overrides,
+    remaps. `envelope`: the monitor's parameter file instead of config/envelope.yaml (and the
+    `envelope_config` of the nodes that plan within it)."""
     extra = ["-r", f"__node:={node.name}"]
     if node.params_file:
-        extra += ["--params-file", str(config_dir / node.params_file)]
+        params_file = envelope if envelope is not None and node.params_file == "envelope.yaml" else \
+            config_dir / node.params_file
+        extra += ["--params-file", str(params_file)]
     for source, target in node.remappings:
         extra += ["-r", f"{source}:={target}"]
-    return NodeProcess(node.module, domain_id, {**node.parameters, **node.fallback_parameters},
-                       log_path=log_dir / f"{node.name}.log", extra_args=extra)
+    parameters = {**node.parameters, **node.fallback_parameters}
+    if envelope is not None and node.name in ENVELOPE_READERS:
+        parameters["envelope_config"] = str(envelope)
+    return NodeProcess(node.module, domain_id, parameters, log_path=log_dir / f"{node.name}.log", extra_args=extra)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -49,6 +57,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help=f"nodes of the stack not to start ({', '.join(NODE_NAMES)})")
     parser.add_argument("--no-workcell", action="store_true", help="the workcell runs elsewhere (a robot)")
     parser.add_argument("--log-dir", default="log/bringup", help="one log file per node")
+    parser.add_argument("--envelope", default="", metavar="FILE",
+                        help="the envelope monitor's parameter file (default config/envelope.yaml); the policy "
+                        "runner's resets and the calibration server's poses are planned within it too")
     parser.set_defaults(handler=run)
     return parser
 
@@ -63,6 +74,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"twinloop bringup: truth file {args.truth_file} not found; give an existing physics YAML "
               "(e.g. config/emulated_truth.yaml)", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
+    envelope = Path(args.envelope).resolve() if args.envelope else None
+    if envelope is not None:
+        from twinloop_safety.envelope import EnvelopeConfigError, load_envelope_limits
+        from twinloop_twin.kinematics import UrdfTransforms
+        from twinloop_twin.workcell import load_workcell
+
+        try:
+            load_envelope_limits(envelope, UrdfTransforms(load_workcell().urdf_xml))
+        except (EnvelopeConfigError, OSError, ValueError) as error:
+            hint = "" if "config/envelope.yaml" in str(error) else "; give a file like config/envelope.yaml"
+            print(f"twinloop bringup: --envelope {args.envelope}: {error}{hint}", file=sys.stderr)
+            return EXIT_BAD_ARGUMENTS
     config_dir = default_config_dir()
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -80,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 extra_args=["--params-file", str(config_dir / "emulated_workcell.yaml")])))
             print(f"[bringup] emulated_workcell started (log: {log_dir / 'emulated_workcell.log'})", flush=True)
         for node in nodes:
-            started.append((node.name, node_process(node, domain, config_dir, log_dir)))
+            started.append((node.name, node_process(node, domain, config_dir, log_dir, envelope)))
             print(f"[bringup] {node.name} started (log: {log_dir / (node.name + '.log')})", flush=True)
         print(f"[bringup] {len(started)} nodes running on ROS domain {domain}, one process each; "
               "Ctrl-C stops them", flush=True)

@@ -51,25 +51,29 @@ class WorkcellDescription(Substitution):
 
 def stack_launch_nodes(config_dir: SomeSubstitutionsType, *, common: Iterable[Mapping[str, Any]] = (),
                        overrides: Mapping[str, Mapping[str, Any]] | None = None,
-                       only: Iterable[str] | None = None) -> list[Node]:
+                       only: Iterable[str] | None = None,
+                       params_files: Mapping[str, SomeSubstitutionsType] | None = None) -> list[Node]:
     """One launch_ros Node per node of the stack (or of `only`, by name), in STACK's order.
 
-    Parameters, later entries winning: the node's params_file under `config_dir`, its fixed
-    parameters, each of `common` (e.g. use_sim_time), then `overrides[name]`.
+    Parameters, later entries winning: the node's params_file under `config_dir` (or
+    `params_files[name]` instead), its fixed parameters, each of `common` (e.g.
+    use_sim_time), then `overrides[name]`.
     """
-    overrides = overrides or {}
+    overrides, params_files = overrides or {}, params_files or {}
     names = set(only) if only is not None else None
     unknown = (names or set()) - {node.name for node in STACK}
     if unknown:
         raise ValueError(f"unknown stack node(s) {sorted(unknown)}; the stack has {[n.name for n in STACK]}")
-    return [_launch_node(node, config_dir, common, overrides.get(node.name, {}))
+    return [_launch_node(node, config_dir, common, overrides.get(node.name, {}), params_files.get(node.name))
             for node in STACK if names is None or node.name in names]
 
 
 def _launch_node(node: StackNode, config_dir: SomeSubstitutionsType, common: Iterable[Mapping[str, Any]],
-                 override: Mapping[str, Any]) -> Node:
+                 override: Mapping[str, Any], params_file: SomeSubstitutionsType | None = None) -> Node:
     parameters: list[Any] = []
-    if node.params_file:
+    if params_file is not None:
+        parameters.append(params_file)
+    elif node.params_file:
         parameters.append(PathJoinSubstitution([config_dir, node.params_file]))
     parameters += [dict(node.parameters), *(dict(c) for c in common), dict(override)]
     return Node(package=node.package, executable=node.executable, name=node.name, output="screen",

@@ -60,6 +60,10 @@ STACK: tuple[StackNode, ...] = (
 )
 
 NODE_NAMES = tuple(node.name for node in STACK)
+# The nodes that read the envelope monitor's parameter file: the monitor itself (its params
+# file) and those that plan within its limits (their `envelope_config` parameter). A
+# bring-up given another envelope file passes it to all of them.
+ENVELOPE_READERS = ("policy_runner", "calibration_server")
 
 
 def stack_nodes(without: list[str] | tuple[str, ...] = ()) -> list[StackNode]:

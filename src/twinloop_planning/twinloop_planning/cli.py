@@ -127,6 +127,7 @@ def _move_live(session, args, scene: PlanningScene, settings: PlannerSettings, h
     mover.execute(trajectory, goal, args.timeout, progress)
     print(f"reached: every joint within {SETTLE_TOLERANCE_RAD} of the goal after {trajectory.duration_s:.2f} s "
           f"of motion")
+    print(summary(trajectory, start, goal))  # the plan that was made
     return 0
 
 

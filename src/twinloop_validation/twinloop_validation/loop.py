@@ -25,7 +25,12 @@ twins/, bags/, policies, validation/, log/):
    v1's fit bags and the fit trials; the same held-out trials scored against v2
    (`twinloop validate score`) and compared, so that v1 and v2 stand side by side. When
    the rounds implicate nothing, v1 stays the twin and the loop says so;
-8. the run's page (`twinloop validate report .`): report.html and report.json in the run
+8. with the node set up once more, its envelope monitor given a fixture on the table (a
+   keep-out box, `--envelope`; where the carry's box and goal lie, so only in this phase):
+   `twinloop plan move` behind the fixture, then the reset home around it, both planned
+   from where the arm is, checked with the monitor's code and streamed through the
+   monitor, which enforces the fixture (the straight move between the two faults on it);
+9. the run's page (`twinloop validate report .`): report.html and report.json in the run
    folder, read back from its twin versions, rounds and bags. The loop prints where it is.
 
 The node set is down while identification and training run: on a small host its cameras
@@ -237,6 +242,7 @@ class NodeSet:
         self.run_dir, self.env, self.arguments = run_dir, env, arguments
         self.process: subprocess.Popen | None = None
         self.starts = 0
+        self.envelope: Path | None = None  # the monitor's parameter file for the next start (None: the shipped one)
 
     @property
     def running(self) -> bool:
@@ -249,8 +255,9 @@ class NodeSet:
             return
         self.starts += 1
         log = open(self.run_dir / "log" / f"bringup{self.starts}.log", "w")
+        envelope = ["--envelope", str(self.envelope)] if self.envelope is not None else []
         self.process = subprocess.Popen([TWINLOOP, "bringup", "--log-dir", f"log/bringup{self.starts}",
-                                         *self.arguments], cwd=self.run_dir, env=self.env, stdout=log,
+                                         *self.arguments, *envelope], cwd=self.run_dir, env=self.env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout_s
@@ -320,6 +327,7 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
             loop.stage("twinloop validate compare " + " ".join(f"validation/{r.name}" for r in rescored))
     else:
         loop.say("the correction found nothing to correct: v1 stays the twin")
+    fixture_moves = _fixture_moves(loop, cell)
     loop.stage("twinloop validate report .", once=False)  # the run's page, from everything on disk now
     loop.say("")
     loop.say(f"the loop ran in {time.monotonic() - loop.started:.0f} s; identified twin: "
@@ -333,7 +341,48 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
         loop.say(f"{round_dir.name}: real success {summary['real_successes']}/{summary['trials']}, "
                  f"{report['twin'].split('/')[-1]} predicts {summary['twin_successes']}/{summary['trials']}; staleness: "
                  f"{summary['staleness']['evidence']}; report {round_dir / 'report.html'}")
+    for what, stdout in fixture_moves:
+        planned = next((line for line in stdout.splitlines() if line.startswith("path:")), "no plan line")
+        loop.say(f"fixture: {what}: {planned}")
     loop.say(f"the run's report: {loop.run_dir / 'report.html'} (every number in {loop.run_dir / 'report.json'})")
+
+
+# A fixture on the table in front of the robot, as a keep-out box of the envelope monitor
+# (xmin ymin zmin xmax ymax zmax, m, world), and a pose behind it: the straight joint-space
+# line between it and home crosses the fixture, so both moves must go around it. Where the
+# carry's box and goal lie: so it stands only for the loop's last phase, not its trials.
+FIXTURE = (0.40, -0.06, 0.75, 0.60, 0.06, 1.25)
+BEHIND_FIXTURE = "0.45,0.3,0,-2.5,0,3.6,0.785398"  # the hand 0.94 m high at y = +0.26 m
+
+
+def _fixture_moves(loop: Loop, cell: NodeSet) -> list[tuple[str, str]]:
+    """The node set up again with the fixture in its envelope (the monitor enforces it, the
+    planner avoids it): `twinloop plan move` behind the fixture, then the reset home around
+    it. Each move is planned from where the arm is and checked by the monitor's code;
+    a fault fails the stage."""
+    import yaml
+
+    from twinloop_twin.workcell import default_config_dir
+
+    envelope = loop.run_dir / "log" / "envelope_fixture.yaml"
+    raw = yaml.safe_load((default_config_dir() / "envelope.yaml").read_text())
+    section = raw["/**/envelope_monitor"]["ros__parameters"]
+    section["keep_out_boxes"] = list(section["keep_out_boxes"]) + list(FIXTURE)
+    section["keep_out_names"] = list(section["keep_out_names"]) + ["fixture"]
+    envelope.write_text(yaml.safe_dump(raw, sort_keys=False))
+    cell.stop()
+    cell.envelope = envelope
+    loop.say("the last phase: a fixture on the table (a keep-out box the monitor enforces, "
+             f"{envelope.relative_to(loop.run_dir)}); the arm goes behind it and is reset home around it")
+    try:
+        moves = [("behind the fixture", loop.stage(f"twinloop plan move --to {BEHIND_FIXTURE} --envelope "
+                                                   f"{envelope.relative_to(loop.run_dir)}", cell=True)),
+                 ("reset home around it", loop.stage(f"twinloop plan move --to home --envelope "
+                                                     f"{envelope.relative_to(loop.run_dir)}", cell=True))]
+    finally:
+        cell.stop()
+        cell.envelope = None
+    return moves
 
 
 def _trial_bags(stdout: str) -> list[str]:
