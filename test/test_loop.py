@@ -66,9 +66,42 @@ def test_quick_loop_on_drawn_physics(tmp_path):
         assert staleness["stale"] is False, staleness
         assert (run_dir / "validation" / policy / "report.html").is_file()
     assert "MMRV" in done.stdout
+    _fixture(run_dir, done.stdout)
     _correction(run_dir, done.stdout)
     _run_report(run_dir, done.stdout)
     _resume(tmp_path, run_dir, done.stdout)
+
+
+def _fixture(run_dir: Path, stdout: str) -> None:
+    """The last phase: with a fixture in the monitor's envelope, the move behind it and the
+    reset home both went around it (the straight line between them crosses it), and the
+    monitor it was given to holds the fixture and never faulted."""
+    import re
+
+    import yaml as yaml_
+
+    from twinloop_planning.planner import monitor_problem
+    from twinloop_planning.scene import PlanningScene
+    from twinloop_twin.workcell import load_workcell
+    from twinloop_validation.loop import BEHIND_FIXTURE, FIXTURE
+
+    for what in ("behind the fixture", "reset home around it"):
+        line = re.search(rf"fixture: {what}: path: (\d+) waypoints, joint-space length ([\d.]+) \(straight line "
+                         rf"([\d.]+); sampled around obstacles\)", stdout)
+        assert line, (what, stdout[-2000:])
+        assert float(line.group(2)) > float(line.group(3)), line.group(0)
+    envelope = run_dir / "log" / "envelope_fixture.yaml"
+    boxes = yaml_.safe_load(envelope.read_text())["/**/envelope_monitor"]["ros__parameters"]["keep_out_boxes"]
+    assert list(boxes[-6:]) == list(FIXTURE)
+    workcell = load_workcell()
+    scene = PlanningScene.from_workcell(workcell, envelope)
+    home = np.array([workcell.home_joint_positions[j] for j in scene.joint_names])
+    behind = np.append([float(v) for v in BEHIND_FIXTURE.split(",")], home[-1])
+    straight = np.linspace(home, behind, 600)  # 2.4 s at the monitor's command period
+    assert "fixture" in (monitor_problem(straight, scene.joint_names, scene, 0.004) or "")
+    monitor_logs = sorted((run_dir / "log").glob("bringup*/envelope_monitor.log"))
+    last = monitor_logs[-1].read_text()
+    assert "2 keep-out boxes" in last and "envelope fault" not in last, last[-2000:]
 
 
 def _run_report(run_dir: Path, stdout: str) -> None:
