@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 from rclpy.node import Node
@@ -32,12 +32,18 @@ class LiveMover:
     """Plans in `scene` from the measured joint state and makes the move through the monitor."""
 
     def __init__(self, node: Node, scene: PlanningScene, settings: PlannerSettings, monitor: EnvelopeClient, *,
-                 command_topic: str = "/twinloop/planning/command", joint_states: str = "/joint_states") -> None:
+                 command_topic: str = "/twinloop/planning/command", joint_states: str = "/joint_states",
+                 positions: Callable[[], Mapping[str, float]] | None = None) -> None:
+        """`positions`: the latest measured joint positions where the node already takes the
+        joint states (the policy runner); None: subscribe to `joint_states` here."""
         self.node, self.scene, self.settings, self.monitor = node, scene, settings, monitor
         self.names = list(scene.joint_names)
         self.joint_states = joint_states
         self._measured: dict[str, float] = {}
-        node.create_subscription(JointState, joint_states, self._on_joint_state, SENSOR)
+        if positions is None:
+            node.create_subscription(JointState, joint_states, self._on_joint_state, SENSOR)
+            positions = lambda: self._measured  # noqa: E731 - the subscription's latest
+        self._positions = positions
         self._publisher = node.create_publisher(JointState, command_topic, COMMANDS)
 
     def _on_joint_state(self, msg: JointState) -> None:
@@ -46,12 +52,12 @@ class LiveMover:
     def measured(self, timeout_s: float) -> np.ndarray:
         """The arm's position now (the scene's joint order); ClientError NOT_READY without one."""
         deadline = time.monotonic() + timeout_s
-        while not all(j in self._measured for j in self.names):
+        while not all(j in (measured := self._positions()) for j in self.names):
             if time.monotonic() > deadline:
                 raise ClientError(f"no {self.joint_states} with {', '.join(self.names)} within {timeout_s:.0f} s: "
                                   "start the robot driver (or the emulated workcell)", ErrorCode.NOT_READY)
             time.sleep(0.02)
-        return np.array([self._measured[j] for j in self.names])
+        return np.array([measured[j] for j in self.names])
 
     def plan_from_here(self, goal: np.ndarray | Callable[[np.ndarray], np.ndarray], timeout_s: float
                        ) -> tuple[np.ndarray, np.ndarray, PlannedTrajectory]:
@@ -102,7 +108,8 @@ class LiveMover:
         settled = time.monotonic() + SETTLE_TIMEOUT_S
         while True:
             self._raise_on_fault()
-            error = np.abs(np.array([self._measured[j] for j in self.names]) - goal)
+            measured = self._positions()
+            error = np.abs(np.array([measured[j] for j in self.names]) - goal)
             if np.all(error < SETTLE_TOLERANCE_RAD):
                 return
             if time.monotonic() > settled:

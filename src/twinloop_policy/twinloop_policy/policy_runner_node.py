@@ -121,8 +121,10 @@ class PolicyRunnerNode(Node):
         problem = scene.problem(pose)
         if problem is not None:
             raise StartupError(f"start_pose {pose} is not a valid state to plan to: {problem}")
+        # the positions the runner's own joint-state subscription keeps (no second one at 500 Hz)
         mover = LiveMover(self, scene, settings, self.cell.envelope, command_topic=self.p["planning_topic"],
-                          joint_states=self.p["joint_states_topic"])
+                          joint_states=self.p["joint_states_topic"],
+                          positions=lambda: self.assembler.positions() if self.assembler is not None else {})
         return mover, np.array(pose)
 
     def load_policy(self, policy_path: str) -> None:
