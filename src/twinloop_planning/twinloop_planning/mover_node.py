@@ -3,8 +3,8 @@ arm the envelope monitor if it is disarmed, stream the plan on one of the monito
 at its command period, wait until the arm has settled at the goal, disarm what was armed
 here. The ROS side of twinloop_planning, used by `twinloop plan move` and the policy
 runner's trial resets; it rides on the caller's node, whose executor must spin while
-`move` blocks (call it from another thread than the executor's, or from a command line's
-session, whose executor spins in its own thread).
+`plan_from_here` and `execute` block (call them from another thread than the executor's,
+or from a command line's session, whose executor spins in its own thread).
 """
 from __future__ import annotations
 
