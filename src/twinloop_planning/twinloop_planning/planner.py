@@ -12,7 +12,7 @@ the envelope's limits, checked by the envelope monitor's own code. Pure Python (
    sampled at the envelope's command period (one command per sample).
 3. **Checked before sent**: the samples go through an `EnvelopeMonitor` (the class the
    monitor node runs) as a stream of commands from the start; a sample it would fault on,
-   or one in collision, refuses the plan (PlanningError 'would_fault' / 'collision').
+   or one in collision, refuses the plan (PlanningError 'would_fault', with the reason).
 
 Backends (`PlannerSettings.backend`): `ompl` (1 and 2 above, the default) or `moveit_py`
 (MoveIt 2's planning scene, PlanningComponent and time parametrization, where moveit_py is
