@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 
 from twinloop_planning.planner import (PlannedTrajectory, PlannerSettings, PlanningError, check_trajectory,
                                        monitor_problem, plan, plan_to_pose, solve_ik)
 from twinloop_planning.scene import PlanningScene
+from twinloop_safety.envelope import write_envelope_with_keep_out
 from twinloop_twin.motion import minimum_jerk
 from twinloop_twin.nominal import build_nominal_twin
 from twinloop_twin.workcell import default_config_dir, load_workcell
@@ -22,13 +22,8 @@ RIGHT = np.array([-0.6, 0.3, 0.0, -2.5, 0.0, 3.6, 0.785398, 0.04])
 
 
 def envelope_with_column(tmp_path):
-    raw = yaml.safe_load((default_config_dir() / "envelope.yaml").read_text())
-    section = raw["/**/envelope_monitor"]["ros__parameters"]
-    section["keep_out_boxes"] = list(section["keep_out_boxes"]) + COLUMN
-    section["keep_out_names"] = list(section["keep_out_names"]) + ["column"]
-    path = tmp_path / "envelope.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+    return write_envelope_with_keep_out(default_config_dir() / "envelope.yaml", tmp_path / "envelope.yaml",
+                                        "column", COLUMN)
 
 
 @pytest.fixture(scope="module")

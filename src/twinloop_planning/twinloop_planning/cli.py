@@ -107,19 +107,14 @@ def _move(args) -> int:
 
 
 def _move_live(session, args, scene: PlanningScene, settings: PlannerSettings, home: np.ndarray) -> int:
-    from twinloop_interfaces.msg import ErrorCode
-
     from twinloop_planning.mover_node import SETTLE_TOLERANCE_RAD, LiveMover
-    from twinloop_ros.clients import ClientError, EnvelopeClient
+    from twinloop_ros.clients import EnvelopeClient
     from twinloop_ros.command_line import Progress
 
     progress = Progress()
     monitor = EnvelopeClient(session.node)
     mover = LiveMover(session.node, scene, settings, monitor, command_topic=args.topic, joint_states=args.joint_states)
-    monitor.wait_for_status(args.timeout)
-    if monitor.faulted():
-        raise ClientError(f"the envelope monitor has a latched fault ({monitor.fault_text()}): check the cell, "
-                          "`twinloop monitor reset`, then move", ErrorCode.NOT_READY)
+    mover.ready(args.timeout)  # a latched fault is refused before planning
     progress("planning")
     start, goal, trajectory = mover.plan_from_here(lambda start: parse_positions(args.to, scene, home, start),
                                                    args.timeout)

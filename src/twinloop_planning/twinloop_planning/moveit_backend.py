@@ -196,10 +196,6 @@ def collision_object(obstacle: Obstacle, frame: str):
     return msg
 
 
-def moveit_available() -> bool:
-    return AVAILABLE
-
-
 def config_package_path(package: str) -> Path | None:
     """The share folder of MoveIt's configuration package, or None when not installed."""
     if importlib.util.find_spec("ament_index_python") is None:

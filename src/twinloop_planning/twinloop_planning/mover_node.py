@@ -70,12 +70,10 @@ class LiveMover:
     def execute(self, trajectory: PlannedTrajectory, goal: np.ndarray, timeout_s: float,
                 progress: Callable[[str], None] = lambda text: None) -> None:
         """Stream `trajectory` through the monitor and wait until the arm settles at `goal`.
-        ClientError: a latched fault before or during the move (ENVELOPE_VIOLATION), the
-        monitor not there (NOT_READY/TIMEOUT), the goal not reached (UNKNOWN)."""
-        status = self.monitor.wait_for_status(timeout_s)
-        if self.monitor.faulted():
-            raise ClientError(f"the envelope monitor has a latched fault ({self.monitor.fault_text()}): check the "
-                              "cell, `twinloop monitor reset`, then move", ErrorCode.NOT_READY)
+        ClientError: a latched fault before (NOT_READY) or during the move
+        (ENVELOPE_VIOLATION), the monitor not there (NOT_READY/TIMEOUT), the goal not
+        reached (UNKNOWN)."""
+        status = self.ready(timeout_s)
         stream = TargetStream(trajectory.positions[0])
         stop = threading.Event()
         streamer = threading.Thread(target=stream_targets, args=(stream, self._publish, trajectory.period_s, stop),
@@ -98,6 +96,14 @@ class LiveMover:
                 self.monitor.disarm_nowait()
             stop.set()
             streamer.join(timeout=2.0)
+
+    def ready(self, timeout_s: float) -> EnvelopeStatus:
+        """The monitor's status once it answers; ClientError NOT_READY while it holds a fault."""
+        status = self.monitor.wait_for_status(timeout_s)
+        if self.monitor.faulted():
+            raise ClientError(f"the envelope monitor has a latched fault ({self.monitor.fault_text()}): check the "
+                              "cell, `twinloop monitor reset`, then move", ErrorCode.NOT_READY)
+        return status
 
     def _publish(self, q: np.ndarray) -> None:
         msg = JointState(name=self.names, position=[float(v) for v in q])

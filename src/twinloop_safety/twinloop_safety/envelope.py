@@ -622,6 +622,19 @@ def load_envelope_limits(path: Path | str, kinematics: UrdfTransforms) -> Envelo
         raise EnvelopeConfigError(f"{path}: {error}") from error
 
 
+def write_envelope_with_keep_out(source: Path | str, target: Path | str, name: str,
+                                 corners: Sequence[float]) -> Path:
+    """A copy of the envelope monitor's parameter file `source` with one more keep-out box
+    (`corners`: xmin ymin zmin xmax ymax zmax, m, world) written to `target`; its path."""
+    raw = yaml.safe_load(Path(source).read_text())
+    section = raw["/**/envelope_monitor"]["ros__parameters"]
+    section["keep_out_boxes"] = list(section["keep_out_boxes"]) + [float(v) for v in corners]
+    section["keep_out_names"] = list(section["keep_out_names"]) + [name]
+    target = Path(target)
+    target.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return target
+
+
 def limits_summary(limits: EnvelopeLimits) -> Mapping[str, str]:
     """Key values for diagnostics."""
     return {"limit_mode": limits.limit_mode, "command_period_s": f"{limits.command_period_s:.4f}",

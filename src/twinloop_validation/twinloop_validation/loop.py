@@ -360,25 +360,21 @@ def _fixture_moves(loop: Loop, cell: NodeSet) -> list[tuple[str, str]]:
     planner avoids it): `twinloop plan move` behind the fixture, then the reset home around
     it. Each move is planned from where the arm is and checked by the monitor's code;
     a fault fails the stage."""
-    import yaml
-
+    from twinloop_safety.envelope import write_envelope_with_keep_out
     from twinloop_twin.workcell import default_config_dir
 
-    envelope = loop.run_dir / "log" / "envelope_fixture.yaml"
-    raw = yaml.safe_load((default_config_dir() / "envelope.yaml").read_text())
-    section = raw["/**/envelope_monitor"]["ros__parameters"]
-    section["keep_out_boxes"] = list(section["keep_out_boxes"]) + list(FIXTURE)
-    section["keep_out_names"] = list(section["keep_out_names"]) + ["fixture"]
-    envelope.write_text(yaml.safe_dump(raw, sort_keys=False))
+    relative = Path("log") / "envelope_fixture.yaml"
+    envelope = write_envelope_with_keep_out(default_config_dir() / "envelope.yaml", loop.run_dir / relative,
+                                            "fixture", FIXTURE)
     cell.stop()
     cell.envelope = envelope
     loop.say("the last phase: a fixture on the table (a keep-out box the monitor enforces, "
-             f"{envelope.relative_to(loop.run_dir)}); the arm goes behind it and is reset home around it")
+             f"{relative}); the arm goes behind it and is reset home around it")
     try:
-        moves = [("behind the fixture", loop.stage(f"twinloop plan move --to {BEHIND_FIXTURE} --envelope "
-                                                   f"{envelope.relative_to(loop.run_dir)}", cell=True)),
-                 ("reset home around it", loop.stage(f"twinloop plan move --to home --envelope "
-                                                     f"{envelope.relative_to(loop.run_dir)}", cell=True))]
+        moves = [("behind the fixture", loop.stage(f"twinloop plan move --to {BEHIND_FIXTURE} --envelope {relative}",
+                                                   cell=True)),
+                 ("reset home around it", loop.stage(f"twinloop plan move --to home --envelope {relative}",
+                                                     cell=True))]
     finally:
         cell.stop()
         cell.envelope = None
