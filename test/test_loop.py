@@ -29,7 +29,7 @@ from twinloop_twin.workcell import default_config_dir
 
 pytestmark = pytest.mark.ros
 TWINLOOP = str(Path(sys.executable).parent / "twinloop")
-SEED = 1  # a draw the README sequences pass (test_randomized_physics.py); seed 4 faults the pushes (noted)
+SEED = 1  # a draw the README sequences pass (test_randomized_physics.py); seed 4 faulted the pushes until the monitor let a hand pressed into its margin band move back (test_envelope.py)
 
 
 @pytest.mark.timeout(1500)

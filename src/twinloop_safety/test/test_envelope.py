@@ -152,6 +152,39 @@ def test_workspace_box(kinematics, workcell):
     assert decision.violation.fault is Fault.WORKSPACE and "panda_hand_tcp" in decision.violation.reason
 
 
+
+def test_a_link_pushed_into_the_margin_band_may_be_held_and_moved_back_never_deeper(kinematics, workcell):
+    # The hand measured 5 mm below the checked floor (inside the 20 mm margin band, as a hand
+    # pressed down by a box it pushes): held there and moved up, yes; moved down, no. Measured
+    # 30 mm below it (beyond the band, past the true floor): every command faults.
+    home = dict(workcell.home_joint_positions)
+    q_home = np.array([home[j] for j in COMMANDED_JOINTS])
+    probe = EnvelopeMonitor(make_limits(kinematics), kinematics)
+    tcp_z = probe.link_positions(q_home)[1, 2]
+    lower, raise_ = dict(home), dict(home)
+    lower["panda_joint4"] -= 0.05
+    raise_["panda_joint4"] += 0.05
+    dz_down = probe.link_positions(np.array([lower[j] for j in COMMANDED_JOINTS]))[1, 2] - tcp_z
+    dz_up = probe.link_positions(np.array([raise_[j] for j in COMMANDED_JOINTS]))[1, 2] - tcp_z
+    assert dz_down < -0.005 and dz_up > 0.005  # joint 4 bent further (more negative) lowers the hand
+
+    def monitor_with_floor(checked_floor_z):
+        margin = 0.02
+        workspace = Box("workspace", (-0.35, -0.55, checked_floor_z - margin), (0.85, 0.55, 1.75))
+        return armed(kinematics, workcell, workspace=workspace, cartesian_margin_m=margin, command_period_s=1.0,
+                     max_target_lead=[1.0] * 8, acceleration_limits=[100.0] * 8)
+
+    monitor = monitor_with_floor(tcp_z + 0.005)
+    assert monitor.check_command(["panda_joint4"], [home["panda_joint4"]], 0.01).violation is None  # held
+    monitor = monitor_with_floor(tcp_z + 0.005)
+    assert monitor.check_command(["panda_joint4"], [raise_["panda_joint4"]], 0.01).violation is None  # back up
+    monitor = monitor_with_floor(tcp_z + 0.005)
+    decision = monitor.check_command(["panda_joint4"], [lower["panda_joint4"]], 0.01)
+    assert decision.violation.fault is Fault.WORKSPACE and "panda_hand_tcp" in decision.violation.reason
+    monitor = monitor_with_floor(tcp_z + 0.03)
+    decision = monitor.check_command(["panda_joint4"], [raise_["panda_joint4"]], 0.01)
+    assert decision.violation.fault is Fault.WORKSPACE  # beyond the band: faults whatever the step
+
 def test_watchdogs_force_and_reset(kinematics, workcell):
     monitor = armed(kinematics, workcell)
     assert monitor.tick(0.05) is None  # no command yet: the command watchdog has not started

@@ -16,7 +16,8 @@ What is checked, in order, for each command while armed:
      (ros2_control's joint limiter does the same);
   6. Cartesian: forward kinematics (pinocchio) of the checked links at points along the
      step from the measured to the commanded configuration: every point inside the
-     workspace box (shrunk by a margin) and outside every keep-out box (grown by it).
+     workspace box (shrunk by a margin) and outside every keep-out box (grown by it), see
+     "Cartesian margin" below.
 Besides the commands: external force (from /wrench) and two watchdogs (stale command
 stream, stale joint states).
 
@@ -66,6 +67,14 @@ faults unless it is no farther beyond than the step's start (the stream's last t
 the measured position for its first command): a joint measured a hair beyond a limit
 (encoder noise at a stop, a gripper resting on its stop, a robot moved there by hand) can
 be held there and moved back in, never farther out.
+
+Cartesian margin. The checked regions are the workspace shrunk and the keep-out boxes grown
+by `cartesian_margin_m`: commands keep the links a margin away from the true boundaries, and
+the margin is what a link may be pushed into by contact. A link measured inside that band
+(a hand pushing a box at mid-height, pressed 5-10 mm down by the contact, with the floor
+5 mm under its commanded path: a fresh-clone run faulted so) may be held there and moved
+back out of it, never deeper into it than it was measured; a link measured beyond the band
+(past the true boundary) faults every command, as before.
 """
 from __future__ import annotations
 
@@ -485,8 +494,12 @@ class EnvelopeMonitor:
             return None
         steps = max(1, int(math.ceil(np.max(np.abs(end - start)) / lim.sample_spacing_rad)))
         regions = cartesian_regions(lim)
+        # How far each link is measured into the margin band: it may stay that far in.
+        allowed = [np.minimum(depth, lim.cartesian_margin_m)
+                   for depth in cartesian_depths(regions, self.link_positions(start))]
         for k in range(1, steps + 1):
-            violation = cartesian_violation(lim, self.link_positions(start + (end - start) * (k / steps)), regions)
+            violation = cartesian_violation(lim, self.link_positions(start + (end - start) * (k / steps)), regions,
+                                            allowed=allowed)
             if violation is not None:
                 return violation
         return None
@@ -550,26 +563,45 @@ def cartesian_regions(limits: EnvelopeLimits) -> tuple[Box, tuple[Box, ...]]:
     return limits.workspace.grown(-margin), tuple(box.grown(margin) for box in limits.keep_out)
 
 
+def cartesian_depths(regions: tuple[Box, tuple[Box, ...]], points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How far each of `points` (n, 3) lies outside the workspace (n,) and inside each
+    keep-out box (n, n_boxes), in m; 0 where it does not. `regions`: cartesian_regions()."""
+    workspace, keep_out = regions
+    below, above = np.array(workspace.minimum) - points, points - np.array(workspace.maximum)
+    outside = np.maximum(np.max(np.maximum(below, above), axis=1), 0.0)
+    inside = np.zeros((len(points), len(keep_out)))
+    for k, box in enumerate(keep_out):
+        depth = np.min(np.minimum(points - np.array(box.minimum), np.array(box.maximum) - points), axis=1)
+        inside[:, k] = np.maximum(depth, 0.0)
+    return outside, inside
+
+
 def cartesian_violation(limits: EnvelopeLimits, points: np.ndarray,
-                        regions: tuple[Box, tuple[Box, ...]] | None = None) -> Violation | None:
+                        regions: tuple[Box, tuple[Box, ...]] | None = None,
+                        allowed: tuple[np.ndarray, np.ndarray] | None = None) -> Violation | None:
     """The workspace and keep-out check of one pose: `points` (n_links, 3) are the checked
     links' world positions (EnvelopeMonitor.link_positions). The monitor runs it along every
     commanded step; a planner runs it on every state it considers. `regions`:
-    cartesian_regions(limits), computed once by a caller that checks many poses."""
+    cartesian_regions(limits), computed once by a caller that checks many poses. `allowed`:
+    how far (m) each link may lie outside the workspace and inside each keep-out box, in
+    cartesian_depths()'s shapes (none by default; see "Cartesian margin" above)."""
     workspace, keep_out = regions if regions is not None else cartesian_regions(limits)
-    outside = ~workspace.contains(points)
-    if outside.any():
-        link = limits.checked_links[int(np.argmax(outside))]
-        p = points[int(np.argmax(outside))]
+    outside, inside = cartesian_depths((workspace, keep_out), points)
+    if allowed is not None:
+        outside = np.where(outside > allowed[0] + LIMIT_ROUNDOFF, outside, 0.0)
+        inside = np.where(inside > allowed[1] + LIMIT_ROUNDOFF, inside, 0.0)
+    if (outside > 0).any():
+        link = limits.checked_links[int(np.argmax(outside > 0))]
+        p = points[int(np.argmax(outside > 0))]
         return Violation(Fault.WORKSPACE,
                          f"{link} would leave the workspace box at ({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m "
                          f"(box {workspace.minimum}..{workspace.maximum} after a "
                          f"{limits.cartesian_margin_m:.3f} m margin); command a path inside it")
-    for box in keep_out:
-        inside = box.contains(points)
-        if inside.any():
-            link = limits.checked_links[int(np.argmax(inside))]
-            p = points[int(np.argmax(inside))]
+    for k, box in enumerate(keep_out):
+        entered = inside[:, k] > 0
+        if entered.any():
+            link = limits.checked_links[int(np.argmax(entered))]
+            p = points[int(np.argmax(entered))]
             return Violation(Fault.KEEP_OUT,
                              f"{link} would enter keep-out box '{box.name}' at "
                              f"({p[0]:.3f}, {p[1]:.3f}, {p[2]:.3f}) m; command a path around it")
