@@ -1,0 +1,94 @@
+"""Benchmark: are identification's intervals calibrated over drawn truths?
+
+For each seed a truth is drawn around the nominal physics (twinloop_twin.truth_draw, as the
+tests draw them), a joint excitation of `--length` s is simulated in-process on it (with its
+sensor noise; no DDS), and the arm is identified from the nominal twin. Every identifiable
+joint, actuator and command parameter is scored against the truth: z = (estimate - truth) /
+std, and whether the truth lies inside its 95 % interval. Calibrated intervals put 90-99 %
+of the truths inside and give z a spread (standard deviation) near 1; intervals that are too
+wide give a spread well below 1, too narrow ones well above. Printed per seed and pooled,
+with the goals of the validation issue (inside fraction in [0.90, 0.99], z spread in
+[0.75, 1.33]); exit status 1 when one is not met.
+
+    .venv/bin/python bench/uncertainty_calibration.py                  # seeds 0-7, 10 s each
+    .venv/bin/python bench/uncertainty_calibration.py --seeds 0-3 --length 20
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+INSIDE_GOAL = (0.90, 0.99)
+SPREAD_GOAL = (0.75, 1.33)
+
+
+def seeds_from(text: str) -> list[int]:
+    if "-" in text:
+        first, last = text.split("-")
+        return list(range(int(first), int(last) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def score_one(seed: int, length_s: float) -> dict:
+    from twinloop_builder import identification as ident
+    from twinloop_builder.excitation import JointExcitationConfig, joint_excitation
+    from twinloop_builder.synthetic import simulate_session
+    from twinloop_twin.nominal import physics_parameters
+    from twinloop_twin.physics import ARM_JOINTS, load_physics
+    from twinloop_twin.scene import build_workcell_spec
+    from twinloop_twin.truth_draw import describe, draw_truth
+    from twinloop_twin.workcell import default_config_dir, load_workcell
+
+    workcell = load_workcell()
+    nominal = load_physics(default_config_dir() / "nominal_physics.yaml")
+    truth = draw_truth(nominal, seed)
+    print(describe(truth, nominal).splitlines()[0], flush=True)
+    spec = build_workcell_spec(workcell, nominal)
+    amplitude = {**{j: 0.4 for j in ARM_JOINTS}, "panda_finger_joint1": 0.0}
+    trajectory = joint_excitation(JointExcitationConfig(duration_s=length_s, ramp_s=1.5, amplitude=amplitude, seed=0),
+                                  workcell.home_joint_positions, spec.compile(), workcell.urdf_xml,
+                                  workcell.table_top_height_m)
+    fit = simulate_session(workcell, truth, [trajectory], name=f"fit-seed{seed}", seed=seed + 100)
+    started = time.monotonic()
+    result = ident.identify(spec, physics_parameters(nominal, source="n").means(), [fit])
+    wall = time.monotonic() - started
+    values = physics_parameters(truth, source="t").means()
+    scored = {name: ((e.mean - values[name]) / e.std, bool(e.ci_low <= values[name] <= e.ci_high))
+              for name, e in result.estimates.items()
+              if e.identifiable and name in values and name.startswith(("joint.", "actuator.", "command."))}
+    return {"seed": seed, "wall_s": wall, "z": {n: z for n, (z, _) in scored.items()},
+            "inside": {n: inside for n, (_, inside) in scored.items()}}
+
+
+def summary(z: np.ndarray, inside: np.ndarray) -> str:
+    return (f"{len(z)} parameters, {inside.mean():.1%} inside their 95 % interval, z spread {z.std():.2f} "
+            f"(mean {z.mean():+.2f}, largest |z| {np.abs(z).max():.2f})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0-7", help="truth draws, e.g. 0-7 or 1,4,9")
+    parser.add_argument("--length", type=float, default=10.0, help="s of joint excitation per truth")
+    args = parser.parse_args()
+    rows = []
+    for seed in seeds_from(args.seeds):
+        row = score_one(seed, args.length)
+        rows.append(row)
+        print(f"seed {seed}: {summary(np.array(list(row['z'].values())), np.array(list(row['inside'].values())))}; "
+              f"identification {row['wall_s']:.0f} s", flush=True)
+    z = np.concatenate([list(r["z"].values()) for r in rows])
+    inside = np.concatenate([list(r["inside"].values()) for r in rows])
+    met_inside = INSIDE_GOAL[0] <= inside.mean() <= INSIDE_GOAL[1]
+    met_spread = SPREAD_GOAL[0] <= z.std() <= SPREAD_GOAL[1]
+    print(f"pooled over {len(rows)} truths: {summary(z, inside)}; goals: inside in {INSIDE_GOAL} "
+          f"{'met' if met_inside else 'NOT met'}, spread in {SPREAD_GOAL} {'met' if met_spread else 'NOT met'}")
+    print(json.dumps({"length_s": args.length, "rows": rows}, indent=1))
+    return 0 if met_inside and met_spread else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
