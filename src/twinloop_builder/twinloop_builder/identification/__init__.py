@@ -40,8 +40,9 @@ Where we extend or wrap mujoco.sysid, and why:
   cannot slide into delay -> 0 nor absorb a gain error. The final fit holds the delay at the
   whole step that fits best under zero-order hold, as the workcell and the twin's scene act.
 - confidence intervals: calculate_intervals assumes white residuals; recorded residuals are
-  correlated in time (command timing quantization), so the covariance is inflated by the
-  residuals' integrated autocorrelation time (a Newey-West style correction).
+  correlated in time, so the covariance is the Newey-West sandwich (fit.newey_west_scores,
+  Bartlett kernel over settings.interval_lag_s). Inflating sysid's covariance by the
+  residuals' integrated autocorrelation time instead made the intervals twice too wide.
 - push stage: with contacts the residual is chaotic in the parameters (measured: a 0.2 %
   change of the box mass moves the cost by up to 1.9x, in both directions), so a
   finite-difference Jacobian is noise and Levenberg-Marquardt stalls in whichever dip is
