@@ -287,9 +287,9 @@ def newey_west_scores(jacobian: np.ndarray, segment_residuals: Sequence[np.ndarr
             continue
         g = (rows * residual[:, None]).reshape(-1, width, jacobian.shape[1]).sum(axis=1)
         S += g.T @ g
-        for l in range(1, min(lag, len(g) - 1) + 1):
-            cross = g[l:].T @ g[:-l]
-            S += (1.0 - l / (lag + 1.0)) * (cross + cross.T)
+        for shift in range(1, min(lag, len(g) - 1) + 1):
+            cross = g[shift:].T @ g[:-shift]
+            S += (1.0 - shift / (lag + 1.0)) * (cross + cross.T)
     return S
 
 
