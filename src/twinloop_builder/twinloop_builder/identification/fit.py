@@ -317,7 +317,7 @@ def fit_least_squares(stage: Stage, x0: np.ndarray, settings: IdentificationSett
                            weights=[len(res) for res in segment_residuals]))
     sigma, half_width = sysid.calculate_intervals([r], jac, alpha=1.0 - settings.confidence)
     s2 = float(r @ r) / max(r.size - jac.shape[1], 1)
-    inv_h = sigma / s2
+    inv_h = sigma / s2 if s2 > 0 else np.linalg.pinv(jac.T @ jac)  # (J^T J)^-1, as sysid inverts it
     lags = [max(1, int(round(settings.interval_lag_s * (len(res) // max(c, 1)) / max(seg.end_s - seg.start_s, 1e-9))))
             for res, c, seg in zip(segment_residuals, columns, stage.segments)]
     covariance = inv_h @ newey_west_scores(jac, segment_residuals, columns, lags) @ inv_h

@@ -34,6 +34,8 @@ class StageReport:
     residual_evaluations: int
     cost_before: float
     cost_after: float
+    # the residuals' integrated autocorrelation time (1: white); a diagnostic since the
+    # intervals come from the Newey-West covariance (fit.fit_least_squares)
     autocorrelation_inflation: float
     wall_s: float
     residual_rms: float = float("nan")  # in units of the assumed sensor noise (≈ 1 when the model explains the data)
