@@ -71,10 +71,11 @@ be held there and moved back in, never farther out.
 Cartesian margin. The checked regions are the workspace shrunk and the keep-out boxes grown
 by `cartesian_margin_m`: commands keep the links a margin away from the true boundaries, and
 the margin is what a link may be pushed into by contact. A link measured inside that band
-(a hand pushing a box at mid-height, pressed 5-10 mm down by the contact, with the floor
-5 mm under its commanded path: a fresh-clone run faulted so) may be held there and moved
-back out of it, never deeper into it than it was measured; a link measured beyond the band
-(past the true boundary) faults every command, as before.
+(a hand pushing a box at mid-height, pressed 5-15 mm down by the contact under drawn
+physics, seeds 1 and 4, with the floor 5 mm under its commanded path: a fresh-clone run
+faulted so) may be held there and moved back out of it, never deeper into it than it was
+measured; a link measured beyond the band (past the true boundary) is allowed nothing: every
+step that keeps a sample outside the checked region faults, as before.
 """
 from __future__ import annotations
 
@@ -494,8 +495,9 @@ class EnvelopeMonitor:
             return None
         steps = max(1, int(math.ceil(np.max(np.abs(end - start)) / lim.sample_spacing_rad)))
         regions = cartesian_regions(lim)
-        # How far each link is measured into the margin band: it may stay that far in.
-        allowed = [np.minimum(depth, lim.cartesian_margin_m)
+        # How far each link is measured into the margin band: it may stay that far in. One
+        # measured beyond the band (past the true boundary) is allowed nothing.
+        allowed = [np.where(depth <= lim.cartesian_margin_m + LIMIT_ROUNDOFF, depth, 0.0)
                    for depth in cartesian_depths(regions, self.link_positions(start))]
         for k in range(1, steps + 1):
             violation = cartesian_violation(lim, self.link_positions(start + (end - start) * (k / steps)), regions,
