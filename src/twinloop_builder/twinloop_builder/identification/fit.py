@@ -297,12 +297,12 @@ def fit_least_squares(stage: Stage, x0: np.ndarray, settings: IdentificationSett
                       cancelled: Callable[[], bool]) -> StageFit:
     """Levenberg-Marquardt from x0, then the covariance at the optimum.
 
-    sysid's intervals assume white residuals; recorded residuals are correlated in time.
-    The covariance is the sandwich H^-1 S H^-1 with H = J^T J (sysid's inverse) and S the
-    scores' long-run covariance over `settings.interval_lag_s` (`newey_west_scores`):
-    calibrated over drawn truths (bench/uncertainty_calibration.py). Inflating sysid's
-    covariance by the residuals' integrated autocorrelation time, as before, made the
-    intervals about twice too wide (z spread 0.49 over 72 parameters of two truths)."""
+    sysid's covariance s^2 (J^T J)^-1 assumes white residuals; recorded residuals are
+    correlated in time. The covariance is the sandwich H^-1 S H^-1 with H = J^T J (inverted
+    as sysid does) and S the scores' long-run covariance over `settings.interval_lag_s`
+    (`newey_west_scores`), measured over drawn truths by bench/uncertainty_calibration.py.
+    sysid's covariance times the residuals' integrated autocorrelation time, as before, made
+    the intervals about twice too wide (z RMS near 0.5 on four drawn truths)."""
     started = time.monotonic()
     r0 = stage.residual(x0)
     progress(stage.name, 0.05, f"{stage.name}: fitting {len(stage.variables)} parameters on "
