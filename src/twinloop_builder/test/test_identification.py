@@ -30,7 +30,7 @@ HELD_OUT_S = 3.0
 # ratio <= 0.3. Friction loss and armature are checked against their intervals only.
 GOAL = {"kp": 0.05, "kv": 0.05, "damping": 0.05, "mass_kg": 0.05}
 # The intervals are calibrated (bench/uncertainty_calibration.py: 91 % of 216 truths inside
-# their 95 % intervals, z spread 1.17 over six drawn truths, 10 s recordings), so truths lie
+# their 95 % intervals, z RMS 1.18 over six drawn truths, 10 s recordings), so truths lie
 # outside by chance: ~2 of 36 at 95 %, more on these 3 s recordings, whose errors are
 # correlated within a joint (seen: 7 and 3 of 36, 5 of the 7 joint 6's gains and friction
 # together, |z| <= 3.6). At most MAX_OUTSIDE of 36, none beyond MAX_Z standard deviations.
