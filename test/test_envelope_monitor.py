@@ -402,7 +402,7 @@ def _stall_the_monitor_mid_stream(work) -> int:
         finally:
             os.kill(monitor_pid, signal.SIGCONT)
         time.sleep(0.6)
-        sent_by = len(ramp.sent_real)
+        disarm_at = time.time()
         stalled.set_armed(False)  # mid-stream: the rest is refused quietly, nothing waits on a watchdog
         ramp.stop_sending.set()
         ramp.join()
@@ -424,7 +424,11 @@ def _stall_the_monitor_mid_stream(work) -> int:
             print(f"the sender was held {sender_gap * 1e3:.0f} ms ({status.reason}); playing the scenario again")
             return -1
         assert status.state == EnvelopeStatus.STATE_DISARMED and status.fault == 0, status.reason
-        # Everything sent before the disarm request was forwarded (it queued behind them).
+        # Everything sent 0.1 s or more before the disarm request (the stall's whole backlog
+        # among it) was forwarded. A command published just before the request may reach
+        # the monitor after it: a topic and a service are not ordered with each other (seen
+        # once in a fresh-clone run: 472 of 473 forwarded, no fault).
+        sent_by = sum(t < disarm_at - 0.1 for t in ramp.sent_real)
         assert status.commands_forwarded - armed.commands_forwarded >= sent_by, (status, sent_by)
         return sum(stopped_at < t < stopped_at + STOP_S for t in ramp.sent_real)
     finally:

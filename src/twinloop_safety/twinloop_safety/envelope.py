@@ -495,13 +495,17 @@ class EnvelopeMonitor:
             return None
         steps = max(1, int(math.ceil(np.max(np.abs(end - start)) / lim.sample_spacing_rad)))
         regions = cartesian_regions(lim)
-        # How far each link is measured into the margin band: it may stay that far in. One
-        # measured beyond the band (past the true boundary) is allowed nothing.
-        allowed = [np.where(depth <= lim.cartesian_margin_m + LIMIT_ROUNDOFF, depth, 0.0)
-                   for depth in cartesian_depths(regions, self.link_positions(start))]
+        allowed = None
         for k in range(1, steps + 1):
-            violation = cartesian_violation(lim, self.link_positions(start + (end - start) * (k / steps)), regions,
-                                            allowed=allowed)
+            points = self.link_positions(start + (end - start) * (k / steps))
+            violation = cartesian_violation(lim, points, regions, allowed=allowed)
+            if violation is not None and allowed is None:
+                # Only now (the common path costs no extra kinematics): how far each link is
+                # measured into the margin band, which it may stay in. One measured beyond the
+                # band (past the true boundary) is allowed nothing.
+                allowed = [np.where(depth <= lim.cartesian_margin_m + LIMIT_ROUNDOFF, depth, 0.0)
+                           for depth in cartesian_depths(regions, self.link_positions(start))]
+                violation = cartesian_violation(lim, points, regions, allowed=allowed)
             if violation is not None:
                 return violation
         return None
