@@ -19,6 +19,8 @@ from twinloop_twin.workcell import CameraIntrinsics, WorkcellDescription
 
 from twinloop_twin.contract import CommandRejected, parse_joint_command
 
+from twinloop_sim.unmodelled import UnmodelledForces
+
 
 NO_NOISE = SensorNoise(joint_position_std_rad=0.0, joint_velocity_std_rad_s=0.0, joint_effort_std_nm=0.0,
                        depth_std_m=0.0, color_std=0.0)
@@ -57,6 +59,9 @@ class WorkcellSimulation:
                                   command_actuator_ids(self.model, self.commandable_joints)))
         self._ctrl_range = {j: tuple(self.model.actuator_ctrlrange[a]) for j, a in self._actuator.items()}
         self._rng = np.random.default_rng(seed)
+        effects = physics.unmodelled if physics is not None else None
+        forces = UnmodelledForces(self.model, effects) if effects is not None else None
+        self._unmodelled = forces if forces is not None and forces.active else None
         self.reset()
 
     @property
@@ -104,7 +109,9 @@ class WorkcellSimulation:
     def step_until(self, time_s: float) -> int:
         """Advance the physics to `time_s`; returns the number of steps taken."""
         steps = int(round((time_s - self.data.time) / self.model.opt.timestep))
-        if steps > 0:
+        if steps > 0 and self._unmodelled is not None:
+            self._unmodelled.step(self.data, steps)  # its forces change every step
+        elif steps > 0:
             mujoco.mj_step(self.model, self.data, nstep=steps)
         return max(steps, 0)
 
@@ -115,6 +122,8 @@ class WorkcellSimulation:
         position = self.data.qpos[self._qpos] + self._rng.normal(0.0, noise.joint_position_std_rad, n)
         velocity = self.data.qvel[self._dof] + self._rng.normal(0.0, noise.joint_velocity_std_rad_s, n)
         effort = self.data.qfrc_actuator[self._dof] + self._rng.normal(0.0, noise.joint_effort_std_nm, n)
+        if self._unmodelled is not None:
+            effort += self._unmodelled.actuator_extra[self._dof]
         return JointStateSample(self.joint_names, position, velocity, effort)
 
     def true_joint_positions(self) -> dict[str, float]:

@@ -26,6 +26,11 @@ _NOISE_KEYS = ("joint_position_std_rad", "joint_velocity_std_rad_s", "joint_effo
                "depth_std_m", "color_std")
 _BOX_KEYS = ("mass_kg", "friction")
 _TOP_KEYS = ("joints", "command_delay_ms", "box", "finger_friction", "noise")
+UNMODELLED_KEY = "unmodelled"  # optional: effects the schema above cannot express (emulated cell only)
+_UNMODELLED_KEYS = ("stribeck", "backlash", "payload")
+_STRIBECK_KEYS = ("static_ratio", "velocity_rad_s")
+_BACKLASH_KEYS = ("joint", "width_rad")
+_PAYLOAD_KEYS = ("mass_kg", "offset_m")
 
 
 class PhysicsConfigError(ValueError):
@@ -61,6 +66,44 @@ class BoxPhysics:
 
 
 @dataclass(frozen=True)
+class Stribeck:
+    """Static friction above the sliding level at low speed, on every arm joint: an extra
+    friction torque (static_ratio - 1) * friction_loss * exp(-(v / velocity_rad_s)^2)
+    against the motion (MuJoCo's frictionloss is Coulomb only: one level at every speed)."""
+
+    static_ratio: float  # breakaway / sliding friction, >= 1
+    velocity_rad_s: float  # Stribeck velocity: the extra friction falls off over this speed
+
+
+@dataclass(frozen=True)
+class Backlash:
+    """Lost motion in one arm joint's transmission: its actuator's position error is felt
+    only beyond half the width either way (a dead zone on the position term)."""
+
+    joint: str
+    width_rad: float
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A mass on the hand that the robot's description (and its gravity compensation) lacks."""
+
+    mass_kg: float
+    offset_m: tuple[float, float, float]  # its centre of mass in panda_hand's frame
+
+
+@dataclass(frozen=True)
+class UnmodelledEffects:
+    """What a real cell has and no parameter of this schema expresses; the emulated workcell
+    applies them when its truth file names them (all off when the key is absent). A twin's
+    identification cannot represent them: they are what a residual model is for."""
+
+    stribeck: Stribeck | None = None
+    backlash: Backlash | None = None
+    payload: Payload | None = None
+
+
+@dataclass(frozen=True)
 class WorkcellPhysics:
     joints: dict[str, JointPhysics]  # one entry per name in ALL_JOINTS
     command_delay_s: float  # transport + controller delay of /joint_command
@@ -68,6 +111,7 @@ class WorkcellPhysics:
     finger_friction: float  # sliding friction coefficient of the finger pads
     noise: SensorNoise
     source: str = "<dict>"  # where it was loaded from, for error messages and provenance
+    unmodelled: UnmodelledEffects | None = None  # the truth file's `unmodelled:` section; None: none
 
 
 def load_physics(path: Path | str) -> WorkcellPhysics:
@@ -82,7 +126,7 @@ def load_physics(path: Path | str) -> WorkcellPhysics:
 
 def physics_from_dict(raw: Any, *, source: str = "<dict>") -> WorkcellPhysics:
     check = _Checker(source)
-    top = check.section(raw, "", _TOP_KEYS)
+    top = check.section(raw, "", _TOP_KEYS, optional=(UNMODELLED_KEY,))
     joints_raw = check.section(top["joints"], "joints.", ALL_JOINTS, what="joint")
     box = check.section(top["box"], "box.", _BOX_KEYS)
     noise = check.section(top["noise"], "noise.", _NOISE_KEYS)
@@ -94,18 +138,55 @@ def physics_from_dict(raw: Any, *, source: str = "<dict>") -> WorkcellPhysics:
         finger_friction=check.positive(top["finger_friction"], "finger_friction"),
         noise=SensorNoise(**{key: check.non_negative(noise[key], f"noise.{key}") for key in _NOISE_KEYS}),
         source=source,
+        unmodelled=_unmodelled(check, top[UNMODELLED_KEY]) if top.get(UNMODELLED_KEY) is not None else None,
     )
 
 
 def physics_to_dict(physics: WorkcellPhysics) -> dict[str, Any]:
     """The YAML layout (command delay in ms); physics_from_dict(physics_to_dict(p)) == p."""
-    return {
+    raw = {
         "joints": {name: asdict(joint) for name, joint in physics.joints.items()},
         "command_delay_ms": physics.command_delay_s * 1000.0,
         "box": asdict(physics.box),
         "finger_friction": physics.finger_friction,
         "noise": asdict(physics.noise),
     }
+    if physics.unmodelled is not None:
+        effects = asdict(physics.unmodelled)
+        if effects.get("payload"):
+            effects["payload"]["offset_m"] = list(effects["payload"]["offset_m"])
+        raw[UNMODELLED_KEY] = {key: value for key, value in effects.items() if value is not None}
+    return raw
+
+
+def _unmodelled(check: _Checker, raw: Any) -> UnmodelledEffects:
+    sections = check.section(raw, f"{UNMODELLED_KEY}.", _UNMODELLED_KEYS, optional=_UNMODELLED_KEYS)
+    stribeck = backlash = payload = None
+    if sections.get("stribeck") is not None:
+        prefix = f"{UNMODELLED_KEY}.stribeck."
+        values = check.section(sections["stribeck"], prefix, _STRIBECK_KEYS)
+        ratio = check.positive(values["static_ratio"], prefix + "static_ratio")
+        if ratio < 1.0:
+            raise check.error(prefix + "static_ratio", f"must be >= 1, got {ratio}",
+                              "static friction is at least the sliding friction")
+        stribeck = Stribeck(ratio, check.positive(values["velocity_rad_s"], prefix + "velocity_rad_s"))
+    if sections.get("backlash") is not None:
+        prefix = f"{UNMODELLED_KEY}.backlash."
+        values = check.section(sections["backlash"], prefix, _BACKLASH_KEYS)
+        if values["joint"] not in ARM_JOINTS:
+            raise check.error(prefix + "joint", f"names {values['joint']!r}, not an arm joint",
+                              f"name one of {list(ARM_JOINTS)}")
+        backlash = Backlash(values["joint"], check.positive(values["width_rad"], prefix + "width_rad"))
+    if sections.get("payload") is not None:
+        prefix = f"{UNMODELLED_KEY}.payload."
+        values = check.section(sections["payload"], prefix, _PAYLOAD_KEYS)
+        offset = values["offset_m"]
+        if not isinstance(offset, (list, tuple)) or len(offset) != 3:
+            raise check.error(prefix + "offset_m", f"must be a list of 3 numbers, got {offset!r}",
+                              "write it as [x, y, z] in metres in panda_hand's frame")
+        payload = Payload(check.positive(values["mass_kg"], prefix + "mass_kg"),
+                          tuple(check.number(v, f"{prefix}offset_m") for v in offset))
+    return UnmodelledEffects(stribeck, backlash, payload)
 
 
 def _joint(check: _Checker, name: str, raw: Any) -> JointPhysics:
@@ -135,17 +216,19 @@ class _Checker:
     def error(self, key: str, problem: str, fix: str) -> PhysicsConfigError:
         return PhysicsConfigError(f"{self.source}: key '{key}' {problem}; {fix}")
 
-    def section(self, raw: Any, prefix: str, keys: tuple[str, ...], *, what: str = "key") -> dict[str, Any]:
-        """A mapping with exactly `keys`: missing and unknown keys are both errors."""
+    def section(self, raw: Any, prefix: str, keys: tuple[str, ...], *, what: str = "key",
+                optional: tuple[str, ...] = ()) -> dict[str, Any]:
+        """A mapping with exactly `keys` (those in `optional` may be left out): missing and
+        unknown keys are both errors."""
         if not isinstance(raw, Mapping):
             raise self.error(prefix.rstrip(".") or "<top level>", f"must be a mapping, got {type(raw).__name__}",
                              "see config/nominal_physics.yaml for the layout")
         for key in raw:
-            if key not in keys:
+            if key not in keys + optional:
                 raise self.error(f"{prefix}{key}", f"is an unknown {what}",
-                                 f"remove it; expected one of {list(keys)}")
+                                 f"remove it; expected one of {list(keys + optional)}")
         for key in keys:
-            if key not in raw:
+            if key not in raw and key not in optional:
                 raise self.error(f"{prefix}{key}", "is missing",
                                  "add it (every physics file has the same keys as config/nominal_physics.yaml)")
         return dict(raw)

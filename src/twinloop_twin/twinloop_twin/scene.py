@@ -86,6 +86,7 @@ def build_workcell_spec(workcell: WorkcellDescription, physics: WorkcellPhysics,
     _set_options(spec)
     _style_geoms(spec)
     _compensate_gravity(spec)
+    _add_payload(spec, physics)
     _set_joint_physics(spec, physics)
     _add_actuators(spec, physics, max_command_delay_s)
     _set_box(spec, workcell, physics)
@@ -205,6 +206,25 @@ def _compensate_gravity(spec: mujoco.MjSpec) -> None:
         body.gravcomp = 1.0
         for joint in body.joints:
             joint.actgravcomp = True
+
+
+PAYLOAD_BODY = "unmodelled_payload"
+PAYLOAD_PARENT = "panda_hand"
+PAYLOAD_RADIUS_M = 0.03  # its inertia: a solid sphere of this radius (it has no geom: nothing collides)
+
+
+def _add_payload(spec: mujoco.MjSpec, physics: WorkcellPhysics) -> None:
+    """A truth file's payload: a mass on the hand outside the robot's gravity compensation,
+    as on a real arm whose description lacks it."""
+    payload = physics.unmodelled.payload if physics.unmodelled is not None else None
+    if payload is None:
+        return
+    inertia = 0.4 * payload.mass_kg * PAYLOAD_RADIUS_M ** 2
+    body = spec.body(PAYLOAD_PARENT).add_body(name=PAYLOAD_BODY, pos=list(payload.offset_m))
+    body.mass = payload.mass_kg
+    body.inertia = [inertia, inertia, inertia]
+    body.explicitinertial = True
+    body.gravcomp = 0.0
 
 
 def _set_joint_physics(spec: mujoco.MjSpec, physics: WorkcellPhysics) -> None:
