@@ -13,7 +13,7 @@ import mujoco
 import numpy as np
 
 from twinloop_twin.physics import ARM_JOINTS, UnmodelledEffects
-from twinloop_twin.scene import actuator_ids, joint_dof_addresses, joint_qpos_addresses
+from twinloop_twin.scene import actuator_ids, delayed_target, joint_dof_addresses, joint_qpos_addresses
 
 SMOOTHING = 0.1  # the Stribeck term's sign is tanh(v / (SMOOTHING * velocity)): no chatter at rest
 
@@ -49,7 +49,7 @@ class UnmodelledForces:
                 velocity / (SMOOTHING * scale))
         if self._backlash is not None:
             dof, qpos, actuator, kp, half_width = self._backlash
-            target = _delayed_target(self.model, data, actuator)
+            target = delayed_target(self.model, data, actuator)
             error = target - float(data.qpos[qpos])
             # the position term acts only on the error beyond the dead zone: cancel its inside part
             cancel = -kp * min(max(error, -half_width), half_width)
@@ -60,17 +60,6 @@ class UnmodelledForces:
         for _ in range(steps):
             self.apply(data)
             mujoco.mj_step(self.model, data)
-
-
-def _delayed_target(model: mujoco.MjModel, data: mujoco.MjData, actuator: int) -> float:
-    """The target the actuator acts on now: its delayed command where it has a delay
-    (mj_readCtrl at the current time applies the actuator's delay itself)."""
-    delay = float(model.actuator_delay[actuator])
-    if delay <= 0.0 or model.actuator_history[actuator, 0] <= 0:
-        return float(data.ctrl[actuator])
-    result = np.zeros(1)
-    value = mujoco.mj_readCtrl(model, data, actuator, data.time, result, 0)
-    return float(result[0] if value is None else np.asarray(value).ravel()[0])
 
 
 def effects_text(effects: UnmodelledEffects) -> str:

@@ -130,6 +130,16 @@ def _ids(model: mujoco.MjModel, kind: mujoco.mjtObj, names: Iterable[str]) -> np
     return np.asarray(ids, dtype=int)
 
 
+def delayed_target(model: mujoco.MjModel, data: mujoco.MjData, actuator: int) -> float:
+    """The target an actuator acts on now: its delayed command where it has a delay
+    (mj_readCtrl at the current time applies the actuator's delay itself)."""
+    if model.actuator_delay[actuator] <= 0.0 or model.actuator_history[actuator, 0] <= 0:
+        return float(data.ctrl[actuator])
+    result = np.zeros(1)
+    value = mujoco.mj_readCtrl(model, data, actuator, data.time, result, 0)
+    return float(result[0] if value is None else np.asarray(value).ravel()[0])
+
+
 def joint_qpos_addresses(model: mujoco.MjModel, names: Sequence[str]) -> np.ndarray:
     return model.jnt_qposadr[_ids(model, mujoco.mjtObj.mjOBJ_JOINT, names)]
 

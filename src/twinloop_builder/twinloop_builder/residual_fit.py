@@ -1,0 +1,282 @@
+"""The residual stage: a learned joint-torque residual for what identification cannot express.
+
+Pure Python (numpy, scipy, MuJoCo, torch; no rclpy). Run after identification on the
+identified twin's compiled model and the fit recordings that excite the arm alone (no box
+moved: contact forces are not a function of the arm's state). Steps:
+
+1. Labels. At every recorded state the torque the twin lacks is M(q) (a_measured - a_twin):
+   a_measured is the Savitzky-Golay derivative of the measured joint velocities, a_twin the
+   twin's acceleration at the measured state under the commands then in force (the twin's
+   own delay), smoothed by the same filter so both see the same window.
+2. Noise floor. The joint position sensors' noise, estimated from the recordings' second
+   differences (median absolute deviation; a smooth motion's second difference at 500 Hz is
+   far below it). A twin whose open-loop error on the validation part is within
+   `SYSTEMATIC_FACTOR` of it has no systematic error left: no residual is trained.
+3. Training (torch, Adam with a cosine schedule, seeded) on the first part of each
+   recording; the loss is the torque error over each joint's position gain, i.e. in the
+   radians it would offset a joint at rest, so a light wrist joint counts as much as the
+   shoulder.
+4. Validation on the recordings' last `VALIDATION_FRACTION`: open-loop replays from the
+   recorded state with and without the residual. A joint it does not improve is masked;
+   the residual is kept when it lowers the whole error by `MIN_IMPROVEMENT` or more.
+The network's form is twinloop_twin.residual's (a hand wrench through the Jacobian plus a
+per-joint transmission torque). No library fits a torque residual to a MuJoCo model's
+recordings; torch does the learning, scipy the filtering.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import mujoco
+import numpy as np
+from scipy.signal import savgol_filter
+
+from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
+from twinloop_twin.residual import ResidualTorque, ResidualWeights
+from twinloop_twin.scene import (command_actuator_ids, command_delay_of, fill_command_history, joint_dof_addresses,
+                                 joint_qpos_addresses, reset_to_home)
+
+from twinloop_builder.recording import RecordedMotion
+
+MODES = ("auto", "off")
+HIDDEN = 32  # units per hidden layer of each part
+ITERATIONS = 4000  # Adam steps, minibatches of BATCH samples
+BATCH = 512
+LEARNING_RATE = 3e-3
+SMOOTHING_WINDOW = 11  # samples (22 ms at 500 Hz) of the Savitzky-Golay filter, order 2
+VALIDATION_FRACTION = 0.25
+MIN_IMPROVEMENT = 0.1  # the residual is kept when it lowers the validation error by 10 % or more
+SYSTEMATIC_FACTOR = 2.0  # an error above this many times the noise floor is systematic
+SEED = 0
+_ARM_COLUMNS = [ALL_JOINTS.index(j) for j in ARM_JOINTS]
+_ARM_COMMANDS = [COMMANDED_JOINTS.index(j) for j in ARM_JOINTS]
+
+
+@dataclass
+class ResidualOutcome:
+    """What the stage decided and measured (rad for the errors)."""
+
+    weights: ResidualWeights | None  # None: no residual (see `reason`)
+    reason: str
+    noise_floor_rad: float = float("nan")
+    validation_before_rad: float = float("nan")
+    validation_after_rad: float = float("nan")
+    validation_per_joint: dict[str, tuple[float, float]] = field(default_factory=dict)
+    held_out_before_rad: float = float("nan")
+    held_out_after_rad: float = float("nan")
+    held_out_per_joint: dict[str, tuple[float, float]] = field(default_factory=dict)
+    samples: int = 0
+    train_s: float = 0.0
+
+    def report(self) -> dict:
+        def mrad(value: float):
+            return None if not np.isfinite(value) else round(value * 1e3, 4)
+        out = {"applied": self.weights is not None, "reason": self.reason, "samples": self.samples,
+               "train_s": round(self.train_s, 1), "noise_floor_mrad": mrad(self.noise_floor_rad),
+               "validation_rmse_mrad": {"without": mrad(self.validation_before_rad),
+                                        "with": mrad(self.validation_after_rad)},
+               "held_out_rmse_mrad": {"without": mrad(self.held_out_before_rad),
+                                      "with": mrad(self.held_out_after_rad)}}
+        if self.weights is not None:
+            out["masked_joints"] = [j for j, m in zip(ARM_JOINTS, self.weights.mask) if m == 0.0]
+        return out
+
+
+def noise_floor(recordings: Sequence[RecordedMotion]) -> float:
+    """The arm's joint position noise (rad, one standard deviation), pooled over joints:
+    1.4826 MAD of the second difference over sqrt(6) (white noise's second difference has
+    six times its variance)."""
+    spreads = []
+    for recording in recordings:
+        second = np.diff(recording.position[:, _ARM_COLUMNS], n=2, axis=0)
+        spreads.append(1.4826 * np.median(np.abs(second - np.median(second, axis=0)), axis=0) / np.sqrt(6.0))
+    return float(np.sqrt(np.mean(np.square(np.concatenate(spreads))))) if spreads else float("nan")
+
+
+class _Twin:
+    """The identified model, with a copy whose actuators read ctrl undelayed (labels set the
+    delayed command themselves)."""
+
+    def __init__(self, model: mujoco.MjModel) -> None:
+        self.model = model
+        self.undelayed = copy.copy(model)
+        self.undelayed.actuator_delay[:] = 0.0
+        self.delay_s = command_delay_of(float(model.actuator_delay[command_actuator_ids(model, ARM_JOINTS[:1])[0]]),
+                                        model.opt.timestep)
+        self.all_q = joint_qpos_addresses(model, ALL_JOINTS)
+        self.all_v = joint_dof_addresses(model, ALL_JOINTS)
+        self.arm_q = joint_qpos_addresses(model, ARM_JOINTS)
+        self.arm_v = joint_dof_addresses(model, ARM_JOINTS)
+        self.actuators = command_actuator_ids(model, COMMANDED_JOINTS)
+
+
+def labels(twin: _Twin, recording: RecordedMotion, window: int = SMOOTHING_WINDOW):
+    """(rotation (N, 9), Jacobian (N, 6, 7), velocity (N, 7), error (N, 7), torque (N, 7)) at
+    the recording's states, the filter's half window trimmed at both ends."""
+    model = twin.undelayed
+    data = mujoco.MjData(model)
+    reset_to_home(model, data)
+    times = recording.state_t
+    commands = recording.commands_on_grid(times - twin.delay_s)
+    n = len(times)
+    hand = model.body("panda_hand").id
+    rotation, jacobian = np.zeros((n, 9)), np.zeros((n, 6, 7))
+    twin_acc, inertia = np.zeros((n, 7)), np.zeros((n, 7, 7))
+    full_jac, full_m = np.zeros((6, model.nv)), np.zeros((model.nv, model.nv))
+    for k in range(n):
+        data.qpos[twin.all_q] = recording.position[k]
+        data.qvel[:] = 0.0
+        data.qvel[twin.all_v] = recording.velocity[k]
+        data.ctrl[twin.actuators] = commands[k]
+        mujoco.mj_forward(model, data)
+        twin_acc[k] = data.qacc[twin.arm_v]
+        mujoco.mj_fullM(model, data, full_m)
+        inertia[k] = full_m[np.ix_(twin.arm_v, twin.arm_v)]
+        mujoco.mj_jacBody(model, data, full_jac[:3], full_jac[3:], hand)
+        jacobian[k] = full_jac[:, twin.arm_v]
+        rotation[k] = data.xmat[hand]
+    dt = float(np.median(np.diff(times)))
+    measured_acc = savgol_filter(recording.velocity[:, _ARM_COLUMNS], window, 2, deriv=1, delta=dt, axis=0)
+    torque = np.einsum("kij,kj->ki", inertia, measured_acc - savgol_filter(twin_acc, window, 2, axis=0))
+    velocity = recording.velocity[:, _ARM_COLUMNS]
+    error = commands[:, _ARM_COMMANDS] - recording.position[:, _ARM_COLUMNS]
+    keep = slice(window // 2, n - window // 2)
+    return rotation[keep], jacobian[keep], velocity[keep], error[keep], torque[keep]
+
+
+def train(rotation, jacobian, velocity, error, torque, gains: np.ndarray, *, iterations: int = ITERATIONS,
+          seed: int = SEED) -> ResidualWeights:
+    """Fit the two-part network (twinloop_twin.residual) to the torque labels."""
+    import torch
+
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    velocity_scale = velocity.std(axis=0) + 1e-6
+    error_scale = error.std(axis=0) + 1e-6
+
+    def mlp(inputs: int, outputs: int) -> torch.nn.Sequential:
+        return torch.nn.Sequential(torch.nn.Linear(inputs, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, HIDDEN),
+                                   torch.nn.Tanh(), torch.nn.Linear(HIDDEN, outputs)).double()
+
+    wrench_net, joint_net = mlp(9, 6), mlp(2 + 7, 1)
+    t = {name: torch.tensor(np.asarray(a, dtype=float)) for name, a in
+         (("rotation", rotation), ("jacobian", jacobian), ("torque", torque))}
+    local = torch.tensor(np.concatenate([(velocity / velocity_scale)[..., None], (error / error_scale)[..., None],
+                                         np.broadcast_to(np.eye(7), (len(velocity), 7, 7))], axis=2))
+    unit = torch.tensor(gains * 1e-4)  # N*m per 0.1 mrad of each joint's position error
+
+    def predict(index):
+        wrench = wrench_net(t["rotation"][index])
+        return torch.einsum("bij,bi->bj", t["jacobian"][index], wrench) + joint_net(local[index])[..., 0]
+
+    parameters = list(wrench_net.parameters()) + list(joint_net.parameters())
+    optimizer = torch.optim.Adam(parameters, lr=LEARNING_RATE)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, iterations)
+    for _ in range(iterations):
+        index = torch.randint(0, len(local), (min(BATCH, len(local)),), generator=generator)
+        loss = (((predict(index) - t["torque"][index]) / unit) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+
+    def arrays(net: torch.nn.Sequential) -> tuple[np.ndarray, ...]:
+        return tuple(p.detach().numpy().copy() for p in net.parameters())
+    return ResidualWeights(arrays(wrench_net), arrays(joint_net), velocity_scale, error_scale, np.ones(7))
+
+
+def replay_errors(twin: _Twin, recording: RecordedMotion, residual: ResidualTorque | None,
+                  start_s: float | None = None) -> np.ndarray:
+    """(N, 7) arm position errors of an open-loop replay from the recorded state at `start_s`
+    (default: the first), the recorded commands applied when they took effect."""
+    model = twin.model
+    data = mujoco.MjData(model)
+    reset_to_home(model, data)
+    first = 0 if start_s is None else int(np.searchsorted(recording.state_t, start_s))
+    times = recording.state_t[first:]
+    commands = recording.commands_on_grid(times)
+    # the delay buffer holds what was commanded over the last delay before the start
+    data.qpos[twin.all_q] = recording.position[first]
+    data.qvel[twin.all_v] = recording.velocity[first]
+    data.ctrl[twin.actuators] = recording.commands_on_grid(times[:1] - twin.delay_s)[0]
+    data.time = float(times[0])
+    fill_command_history(model, data)
+    mujoco.mj_forward(model, data)
+    dt = model.opt.timestep
+    positions = [data.qpos[twin.arm_q].copy()]
+    for k in range(1, len(times)):
+        data.ctrl[twin.actuators] = commands[k - 1]
+        steps = max(1, int(round((times[k] - data.time) / dt)))
+        if residual is not None:
+            residual.step(data, steps)
+        else:
+            mujoco.mj_step(model, data, nstep=steps)
+        positions.append(data.qpos[twin.arm_q].copy())
+    return np.array(positions) - recording.position[first:, _ARM_COLUMNS]
+
+
+def _rmse(errors: list[np.ndarray]) -> tuple[float, np.ndarray]:
+    stacked = np.vstack(errors)
+    return float(np.sqrt(np.mean(stacked ** 2))), np.sqrt(np.mean(stacked ** 2, axis=0))
+
+
+def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
+                 held_out: Sequence[RecordedMotion] = (), *, mode: str = "auto", iterations: int = ITERATIONS,
+                 progress: Callable[[float, str], None] = lambda *_: None) -> ResidualOutcome:
+    """Train, validate and decide on a residual for the identified `model` (see the module
+    docstring); `recordings`: fit recordings without box motion."""
+    if mode not in MODES:
+        raise ValueError(f"residual mode {mode!r}: use one of {list(MODES)}")
+    if mode == "off":
+        return ResidualOutcome(None, "residual: off in the settings")
+    if not recordings:
+        return ResidualOutcome(None, "no fit recording moved the arm alone (a residual needs one without box motion)")
+    twin = _Twin(model)
+    floor = noise_floor(recordings)
+    cuts = [float(r.state_t[0] + (1.0 - VALIDATION_FRACTION) * r.duration_s) for r in recordings]
+    progress(0.05, "residual: validation error of the identified twin")
+    before = [replay_errors(twin, r, None, cut) for r, cut in zip(recordings, cuts)]
+    before_rmse, before_joint = _rmse(before)
+    outcome = ResidualOutcome(None, "", noise_floor_rad=floor, validation_before_rad=before_rmse)
+    if before_rmse <= SYSTEMATIC_FACTOR * floor:
+        outcome.reason = (f"no systematic error left: validation RMSE {before_rmse * 1e3:.3f} mrad is within "
+                          f"{SYSTEMATIC_FACTOR:g}x the noise floor {floor * 1e3:.3f} mrad")
+        return outcome
+    progress(0.15, "residual: labels from the fit recordings")
+    parts = [labels(twin, r.window(r.state_t[0], cut)) for r, cut in zip(recordings, cuts)]
+    data = [np.concatenate([p[i] for p in parts]) for i in range(5)]
+    outcome.samples = len(data[0])
+    progress(0.25, f"residual: training on {outcome.samples} samples")
+    started = time.monotonic()
+    gains = model.actuator_gainprm[command_actuator_ids(model, ARM_JOINTS), 0]
+    weights = train(*data, gains, iterations=iterations)
+    outcome.train_s = time.monotonic() - started
+    progress(0.8, "residual: validation with the residual")
+    after = [replay_errors(twin, r, ResidualTorque(model, weights), cut) for r, cut in zip(recordings, cuts)]
+    _, after_joint = _rmse(after)
+    mask = (after_joint < before_joint).astype(float)
+    weights = ResidualWeights(weights.wrench, weights.joint, weights.velocity_scale, weights.error_scale, mask)
+    if mask.any() and not mask.all():
+        after = [replay_errors(twin, r, ResidualTorque(model, weights), cut) for r, cut in zip(recordings, cuts)]
+    after_rmse, after_joint = _rmse(after) if mask.any() else (before_rmse, before_joint)
+    outcome.validation_after_rad = after_rmse
+    outcome.validation_per_joint = {j: (float(b), float(a)) for j, b, a in zip(ARM_JOINTS, before_joint, after_joint)}
+    if after_rmse > (1.0 - MIN_IMPROVEMENT) * before_rmse:
+        outcome.reason = (f"not kept: validation RMSE {before_rmse * 1e3:.3f} -> {after_rmse * 1e3:.3f} mrad, less "
+                          f"than the {MIN_IMPROVEMENT:.0%} improvement asked for")
+        return outcome
+    outcome.weights = weights
+    outcome.reason = (f"kept: validation RMSE {before_rmse * 1e3:.3f} -> {after_rmse * 1e3:.3f} mrad (noise floor "
+                      f"{floor * 1e3:.3f}); masked joints: "
+                      f"{[j for j, m in zip(ARM_JOINTS, mask) if m == 0.0] or 'none'}")
+    if held_out:
+        progress(0.9, "residual: held-out recordings with and without it")
+        plain = _rmse([replay_errors(twin, r, None) for r in held_out])
+        corrected = _rmse([replay_errors(twin, r, ResidualTorque(model, weights)) for r in held_out])
+        outcome.held_out_before_rad, outcome.held_out_after_rad = plain[0], corrected[0]
+        outcome.held_out_per_joint = {j: (float(b), float(a)) for j, b, a in zip(ARM_JOINTS, plain[1], corrected[1])}
+    progress(1.0, "residual: " + outcome.reason)
+    return outcome
