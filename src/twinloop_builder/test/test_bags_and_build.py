@@ -103,12 +103,14 @@ def test_stages_planned_from_the_data_and_the_cli_prints_overall_progress_and_et
     import re
 
     from twinloop_builder.cli import main
-    from twinloop_builder.identification import planned_stages
+    from twinloop_builder.identification import IdentificationSettings, planned_stages
     fit = load_recording(write_bag(short_session, tmp_path / "fit_bag"), expected_split="fit")
     held = load_recording(write_bag(short_session, tmp_path / "held_bag", split="held_out"))
-    assert planned_stages([fit], [held]) == ("reading", "arm_delay", "arm", "held_out", "writing", "done")
+    assert planned_stages([fit], [held]) == ("reading", "arm_delay", "arm", "held_out", "residual", "writing", "done")
     assert planned_stages([fit], select=["actuator.panda_joint2"]) == ("reading", "arm", "writing", "done")
     assert planned_stages([fit], select=["command"]) == ("reading", "arm_delay", "writing", "done")
+    assert planned_stages([fit], [held], settings=IdentificationSettings(residual="off"))[-3:] == (
+        "held_out", "writing", "done")
 
     root = tmp_path / "twins"
     build_nominal_twin(root, "emulated")

@@ -1,8 +1,10 @@
 """Build a new twin version from identification recordings. Pure Python (no rclpy).
 
-parent twin (scene, parameters) + fit bags -> identify -> new version with the identified
-scene, every parameter as mean ± std with its identifiable flag, an identification report,
-and provenance (which bags, which split, which parent). Held-out bags only score the result.
+parent twin (scene, parameters) + fit bags -> identify -> (residual) -> new version with the
+identified scene, every parameter as mean ± std with its identifiable flag, an identification
+report, a learned residual where identification left a systematic error
+(twinloop_builder.residual_fit), and provenance (which bags, which split, which parent).
+Held-out bags only score the result.
 """
 from __future__ import annotations
 
@@ -18,12 +20,16 @@ from twinloop_twin.bundle import (Provenance, SourceBag, TwinBundle, TwinError, 
                                   write_twin_version)
 from twinloop_twin.nominal import SCENE_FILE, load_twin_workcell, scene_files, twin_geometry
 from twinloop_twin.parameters import Parameter, ParameterSet
-from twinloop_twin.physics import load_physics, physics_from_dict, physics_to_dict
-from twinloop_twin.scene import TIMESTEP_S
+from twinloop_twin.physics import WorkcellPhysics, load_physics, physics_from_dict, physics_to_dict
+from twinloop_twin.residual import RESIDUAL_FILE
+from twinloop_twin.scene import TIMESTEP_S, compile_workcell
 
 from twinloop_builder.identification import (IdentificationCancelled, IdentificationError,
                                              IdentificationResult, IdentificationSettings, identify)
+from twinloop_builder.identification.data import sort_fit_data
+from twinloop_builder.identification.pipeline import residual_planned
 from twinloop_builder.recording import RecordingError, load_recording
+from twinloop_builder.residual_fit import ResidualOutcome, fit_residual
 
 REPORT_FILE = "identification/report.yaml"
 
@@ -32,6 +38,7 @@ REPORT_FILE = "identification/report.yaml"
 class BuildResult:
     twin: TwinBundle
     result: IdentificationResult
+    residual: ResidualOutcome | None = None  # None: the residual stage did not run
 
 
 def physics_with(raw: dict, values: dict[str, float]) -> dict:
@@ -184,17 +191,17 @@ def identify_from_bags(root: Path | str, workcell: str, fit_bags: Sequence[str],
 def write_identified_version(root: Path | str, identified: Identified, *, parameters: ParameterSet | None = None,
                              created_by: str = "identification", note: str = "",
                              extra_files: dict[str, bytes] | None = None,
+                             residual: ResidualOutcome | None = None,
                              progress: Callable[[str, float, str], None] = lambda *_: None) -> TwinBundle:
     """Write the next version from an identification (`parameters`: the identified ones as
-    adjusted by the caller, e.g. a correction's widened intervals; default as identified)."""
+    adjusted by the caller, e.g. a correction's widened intervals; default as identified;
+    `residual`: the residual stage's outcome, its network written when it kept one)."""
     parent, result = identified.parent, identified.result
     workcell = parent.workcell
     progress("writing", 0.97, "writing the new twin version")
     if parameters is None:
         parameters = identified_parameters(parent.parameters, result, identified.select)
-    parent_physics = load_physics(parent.file_path("inputs/physics.yaml"))
-    raw = physics_with(physics_to_dict(parent_physics), parameters.means())
-    physics = physics_from_dict(raw, source="identified")
+    raw, physics = _identified_physics(parent, parameters)
     twin_workcell = load_twin_workcell(parent)
     files = scene_files(twin_workcell, physics, twin_geometry(parent))  # the parent's measured geometry stays
     files["inputs/physics.yaml"] = ("# Identified by twinloop_builder from the bags in twin.yaml provenance.\n"
@@ -203,19 +210,47 @@ def write_identified_version(root: Path | str, identified: Identified, *, parame
     files["inputs/workcell_description.urdf"] = parent.file_path("inputs/workcell_description.urdf")
     bags = [SourceBag(path=r.path, sha256=r.sha256, split=r.split, purpose=r.purpose)
             for r in identified.fit + identified.held_out]
-    files[REPORT_FILE] = yaml.safe_dump(report_dict(result, bags), sort_keys=False).encode()
+    report = report_dict(result, bags)
+    if residual is not None:
+        report["residual"] = residual.report()
+        if residual.weights is not None:
+            files[RESIDUAL_FILE] = residual.weights.to_bytes()
+    files[REPORT_FILE] = yaml.safe_dump(report, sort_keys=False).encode()
     files.update(extra_files or {})
     provenance = Provenance(
         created_by=created_by, parent_version=parent.version, source_bags=bags,
         calibration=parent.manifest.provenance.calibration,
         note=note or (f"physics identified with mujoco.sysid from {len(identified.fit)} fit bag(s); held-out joint "
                       f"RMSE {result.held_out_rmse_before_rad:.3g} -> {result.held_out_rmse_after_rad:.3g} rad; "
-                      f"not identifiable: {len(result.not_identifiable)} parameter(s), see {REPORT_FILE}"))
+                      f"not identifiable: {len(result.not_identifiable)} parameter(s), see {REPORT_FILE}"
+                      + (f"; learned residual {residual.reason}" if residual is not None and residual.weights is not None
+                         else "")))
     # the calibration the parent carried still holds: identification does not touch it
     twin = write_twin_version(root, workcell, parameters=parameters, provenance=provenance, files=files,
                               calibration=dict(parent.manifest.calibration or {}) or None)
     progress("done", 1.0, f"wrote {workcell} v{twin.version}")
     return twin
+
+
+def _identified_physics(parent: TwinBundle, parameters: ParameterSet) -> tuple[dict, WorkcellPhysics]:
+    parent_physics = load_physics(parent.file_path("inputs/physics.yaml"))
+    raw = physics_with(physics_to_dict(parent_physics), parameters.means())
+    return raw, physics_from_dict(raw, source="identified")
+
+
+def fit_identified_residual(identified: Identified, settings: IdentificationSettings,
+                            progress: Callable[[str, float, str], None] = lambda *_: None) -> ResidualOutcome | None:
+    """The residual stage on the identified twin (None where it does not run: settings off,
+    a selective identification, no recording of the arm alone)."""
+    data = sort_fit_data(identified.fit, settings)
+    if not residual_planned(data, identified.select, settings.residual):
+        return None
+    parent = identified.parent
+    parameters = identified_parameters(parent.parameters, identified.result, identified.select)
+    _, physics = _identified_physics(parent, parameters)
+    model = compile_workcell(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
+    return fit_residual(model, data.arm, identified.held_out, mode=settings.residual,
+                        progress=lambda fraction, message: progress("residual", fraction, message))
 
 
 def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[str], held_out_bags: Sequence[str] = (),
@@ -236,9 +271,11 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     identified = identify_from_bags(root, workcell, fit_bags, held_out_bags, parent_version=parent_version,
                                     select=select, settings=settings, progress=progress, plan=plan,
                                     cancelled=cancelled)
-    return BuildResult(write_identified_version(root, identified, progress=progress), identified.result)
+    residual = fit_identified_residual(identified, settings, progress)
+    return BuildResult(write_identified_version(root, identified, residual=residual, progress=progress),
+                       identified.result, residual)
 
 
 __all__ = ["BuildResult", "IdentificationCancelled", "IdentificationError", "Identified", "RecordingError",
-           "REPORT_FILE", "build_identified_twin", "held_out_lineage", "identified_parameters", "identify_from_bags",
+           "REPORT_FILE", "build_identified_twin", "fit_identified_residual", "held_out_lineage", "identified_parameters", "identify_from_bags",
            "physics_with", "write_identified_version"]

@@ -83,6 +83,9 @@ def main(argv=None) -> int:
     build.add_argument("--select", nargs="*", default=[], help="parameter name prefixes to identify (default: all)")
     build.add_argument("--max-iterations", type=_at_least_one, default=12,
                        help="optimizer iterations at most (>= 1)")
+    build.add_argument("--residual", choices=("auto", "off"), default="auto",
+                       help="auto: learn a joint-torque residual where the identified twin leaves a systematic "
+                            "error (config/builder.yaml); off: never")
     goal = sub.add_parser("goal", help="send the build to the running twin_builder node (BuildTwin action)")
     goal.add_argument("--fit", nargs="+", default=[], help="fit-split identification bags")
     goal.add_argument("--scan", default="", help="instead of --fit: a scan bag, for a geometry build")
@@ -127,12 +130,15 @@ def _build(args) -> int:
     try:
         built = build_identified_twin(args.root, args.workcell, args.fit, args.held_out, parent_version=args.parent,
                                       select=args.select, progress=progress, plan=tracker.plan,
-                                      settings=IdentificationSettings(max_iterations=args.max_iterations))
+                                      settings=IdentificationSettings(max_iterations=args.max_iterations,
+                                                                      residual=args.residual))
     except (RecordingError, IdentificationError, TwinError) as error:
         # one line: a twin's list of mismatched files spans several
         print(f"twinloop build: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     print(format_result(built.result))
+    if built.residual is not None:
+        print(format_residual(built.residual))
     print(f"wrote {built.twin.path}")
     return 0
 
@@ -219,6 +225,14 @@ def format_result(result) -> str:
     lines.append(f"held-out joint RMSE: nominal {result.held_out_rmse_before_rad * 1e3:.3f} mrad -> identified "
                  f"{result.held_out_rmse_after_rad * 1e3:.3f} mrad")
     lines += [f"guidance: {g}" for g in result.guidance]
+    return "\n".join(lines)
+
+
+def format_residual(outcome) -> str:
+    lines = [f"residual: {outcome.reason}"]
+    if outcome.weights is not None and outcome.held_out_per_joint:
+        lines.append(f"held-out joint RMSE with the residual: {outcome.held_out_before_rad * 1e3:.3f} -> "
+                     f"{outcome.held_out_after_rad * 1e3:.3f} mrad (noise floor {outcome.noise_floor_rad * 1e3:.3f})")
     return "\n".join(lines)
 
 

@@ -96,7 +96,7 @@ def noise_floor(recordings: Sequence[RecordedMotion]) -> float:
     return float(np.sqrt(np.mean(np.square(np.concatenate(spreads))))) if spreads else float("nan")
 
 
-class _Twin:
+class TwinModel:
     """The identified model, with a copy whose actuators read ctrl undelayed (labels set the
     delayed command themselves)."""
 
@@ -113,7 +113,7 @@ class _Twin:
         self.actuators = command_actuator_ids(model, COMMANDED_JOINTS)
 
 
-def labels(twin: _Twin, recording: RecordedMotion, window: int = SMOOTHING_WINDOW):
+def labels(twin: TwinModel, recording: RecordedMotion, window: int = SMOOTHING_WINDOW):
     """(rotation (N, 9), Jacobian (N, 6, 7), velocity (N, 7), error (N, 7), torque (N, 7)) at
     the recording's states, the filter's half window trimmed at both ends."""
     model = twin.undelayed
@@ -188,7 +188,7 @@ def train(rotation, jacobian, velocity, error, torque, gains: np.ndarray, *, ite
     return ResidualWeights(arrays(wrench_net), arrays(joint_net), velocity_scale, error_scale, np.ones(7))
 
 
-def replay_errors(twin: _Twin, recording: RecordedMotion, residual: ResidualTorque | None,
+def replay_errors(twin: TwinModel, recording: RecordedMotion, residual: ResidualTorque | None,
                   start_s: float | None = None) -> np.ndarray:
     """(N, 7) arm position errors of an open-loop replay from the recorded state at `start_s`
     (default: the first), the recorded commands applied when they took effect."""
@@ -218,7 +218,7 @@ def replay_errors(twin: _Twin, recording: RecordedMotion, residual: ResidualTorq
     return np.array(positions) - recording.position[first:, _ARM_COLUMNS]
 
 
-def _rmse(errors: list[np.ndarray]) -> tuple[float, np.ndarray]:
+def rmse(errors: list[np.ndarray]) -> tuple[float, np.ndarray]:
     stacked = np.vstack(errors)
     return float(np.sqrt(np.mean(stacked ** 2))), np.sqrt(np.mean(stacked ** 2, axis=0))
 
@@ -234,12 +234,12 @@ def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
         return ResidualOutcome(None, "residual: off in the settings")
     if not recordings:
         return ResidualOutcome(None, "no fit recording moved the arm alone (a residual needs one without box motion)")
-    twin = _Twin(model)
+    twin = TwinModel(model)
     floor = noise_floor(recordings)
     cuts = [float(r.state_t[0] + (1.0 - VALIDATION_FRACTION) * r.duration_s) for r in recordings]
     progress(0.05, "residual: validation error of the identified twin")
     before = [replay_errors(twin, r, None, cut) for r, cut in zip(recordings, cuts)]
-    before_rmse, before_joint = _rmse(before)
+    before_rmse, before_joint = rmse(before)
     outcome = ResidualOutcome(None, "", noise_floor_rad=floor, validation_before_rad=before_rmse)
     if before_rmse <= SYSTEMATIC_FACTOR * floor:
         outcome.reason = (f"no systematic error left: validation RMSE {before_rmse * 1e3:.3f} mrad is within "
@@ -256,12 +256,12 @@ def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
     outcome.train_s = time.monotonic() - started
     progress(0.8, "residual: validation with the residual")
     after = [replay_errors(twin, r, ResidualTorque(model, weights), cut) for r, cut in zip(recordings, cuts)]
-    _, after_joint = _rmse(after)
+    _, after_joint = rmse(after)
     mask = (after_joint < before_joint).astype(float)
     weights = ResidualWeights(weights.wrench, weights.joint, weights.velocity_scale, weights.error_scale, mask)
     if mask.any() and not mask.all():
         after = [replay_errors(twin, r, ResidualTorque(model, weights), cut) for r, cut in zip(recordings, cuts)]
-    after_rmse, after_joint = _rmse(after) if mask.any() else (before_rmse, before_joint)
+    after_rmse, after_joint = rmse(after) if mask.any() else (before_rmse, before_joint)
     outcome.validation_after_rad = after_rmse
     outcome.validation_per_joint = {j: (float(b), float(a)) for j, b, a in zip(ARM_JOINTS, before_joint, after_joint)}
     if after_rmse > (1.0 - MIN_IMPROVEMENT) * before_rmse:
@@ -274,8 +274,8 @@ def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
                       f"{[j for j, m in zip(ARM_JOINTS, mask) if m == 0.0] or 'none'}")
     if held_out:
         progress(0.9, "residual: held-out recordings with and without it")
-        plain = _rmse([replay_errors(twin, r, None) for r in held_out])
-        corrected = _rmse([replay_errors(twin, r, ResidualTorque(model, weights)) for r in held_out])
+        plain = rmse([replay_errors(twin, r, None) for r in held_out])
+        corrected = rmse([replay_errors(twin, r, ResidualTorque(model, weights)) for r in held_out])
         outcome.held_out_before_rad, outcome.held_out_after_rad = plain[0], corrected[0]
         outcome.held_out_per_joint = {j: (float(b), float(a)) for j, b, a in zip(ARM_JOINTS, plain[1], corrected[1])}
     progress(1.0, "residual: " + outcome.reason)

@@ -50,6 +50,7 @@ class TwinBuilder(Node):
             "max_iterations": (12, "Levenberg-Marquardt iterations per identification stage"),
             "confidence": (0.95, "level of the reported confidence intervals (0..1)"),
             "interval_lag_s": (0.2, "s, lag window of the intervals' Newey-West covariance"),
+            "residual": ("auto", "auto: a learned residual where identification leaves a systematic error; off: never"),
             "max_relative_std": (0.1, "a parameter is identifiable when its std is at most this fraction of its value"),
             "min_duration_s": (5.0, "s, shortest fit recording accepted"),
             "position_std_rad": (1.0e-4, "rad, joint position noise used to weight residuals"),
@@ -64,7 +65,10 @@ class TwinBuilder(Node):
         if (self.p["max_iterations"] < 1 or self.p["min_duration_s"] <= 0 or not self.p["status_period_s"] > 0
                 or not self.p["interval_lag_s"] > 0):
             raise StartupError("max_iterations must be >= 1, min_duration_s, status_period_s and interval_lag_s > 0")
+        if self.p["residual"] not in ("auto", "off"):
+            raise StartupError(f"residual must be 'auto' or 'off', got {self.p['residual']!r}")
         self.settings = IdentificationSettings(
+            residual=self.p["residual"],
             max_iterations=self.p["max_iterations"], confidence=self.p["confidence"],
             interval_lag_s=self.p["interval_lag_s"],
             max_relative_std=self.p["max_relative_std"], min_duration_s=self.p["min_duration_s"],

@@ -22,6 +22,7 @@ from twinloop_policy.carry import ACTION_JOINTS, CarryPolicy
 from twinloop_policy.task import EpisodeEnd, TaskConfig, box_tilt_rad
 from twinloop_twin.model_parameters import apply_parameters
 from twinloop_twin.physics import FINGER_JOINTS
+from twinloop_twin.residual import ResidualTorque, ResidualWeights
 from twinloop_twin.scene import command_actuator_ids, fill_command_history, joint_qpos_addresses, reset_to_home
 
 
@@ -37,8 +38,11 @@ class Episode:
 
 class CarryRollouts:
     def __init__(self, model: mujoco.MjModel, policy: CarryPolicy, task: TaskConfig, box_link: str,
-                 box_z_m: float, *, workers: int = 2) -> None:
+                 box_z_m: float, *, workers: int = 2, residual: ResidualWeights | None = None) -> None:
+        """`residual`: the twin version's learned residual (twinloop_twin.residual), applied
+        before every physics step of every episode (it costs a Python call per step)."""
         self.model, self.policy, self.task = model, policy, task
+        self.residual = residual
         self.box_z_m = box_z_m
         self.box_link = box_link
         self.workers = max(1, int(workers))
@@ -72,6 +76,14 @@ class CarryRollouts:
         model = copy.copy(self.model)
         apply_parameters(model, episode.parameters)
         data = mujoco.MjData(model)
+        if self.residual is not None:
+            residual = ResidualTorque(model, self.residual)
+
+            def advance(steps: int) -> None:
+                residual.step(data, steps)
+        else:
+            def advance(steps: int) -> None:
+                mujoco.mj_step(model, data, nstep=steps)
         rows = self.targets(episode)
         reset_to_home(model, data)
         data.qpos[self._arm] = rows[0, :7]
@@ -81,16 +93,16 @@ class CarryRollouts:
         fill_command_history(model, data)
         mujoco.mj_forward(model, data)
         steps = int(round(self.task.carry.settle_s / model.opt.timestep))
-        mujoco.mj_step(model, data, nstep=steps)
+        advance(steps)
         gripper = self._actuators[-1]
         grip = 0.0
         for row in rows:
             data.ctrl[self._actuators] = row
-            mujoco.mj_step(model, data, nstep=self._substeps)
+            advance(self._substeps)
             grip = max(grip, abs(float(data.actuator_force[gripper])))
         steps += len(rows) * self._substeps
         rest = int(round(self.task.episode.rest_s / model.opt.timestep))
-        mujoco.mj_step(model, data, nstep=rest)
+        advance(rest)
         self.steps_taken += steps + rest  # (threads racing here only blur a throughput count)
         box = data.qpos[self._box:self._box + 7]
         return EpisodeEnd(box_xy=box[:2].copy(),

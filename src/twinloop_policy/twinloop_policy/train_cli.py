@@ -115,6 +115,7 @@ def _train(args: argparse.Namespace) -> int:
     from twinloop_policy.variation import make_variation
     from twinloop_twin.bundle import MANIFEST_NAME, list_versions, load_twin, sha256_of
     from twinloop_twin.nominal import ensure_nominal_twin, load_scene, load_twin_workcell
+    from twinloop_twin.residual import load_residual
 
     if args.twin:
         if not (Path(args.twin) / MANIFEST_NAME).is_file():
@@ -137,7 +138,12 @@ def _train(args: argparse.Namespace) -> int:
     workcell = load_twin_workcell(bundle)
     plan = plan_carry(task, workcell, model)
     policy = CarryPolicy(plan, task, hidden=task.training.student_hidden)
-    rollouts = CarryRollouts(model, policy, task, workcell.box.link, plan.box_z_m, workers=task.training.workers)
+    # the version's learned residual acts in its physics (not under the oracle's true parameters)
+    residual = load_residual(bundle, model) if args.mode != "oracle" else None
+    if residual is not None:
+        _say(f"twin {twin} carries a learned residual (twinloop_twin.residual): applied at every physics step")
+    rollouts = CarryRollouts(model, policy, task, workcell.box.link, plan.box_z_m, workers=task.training.workers,
+                             residual=residual.weights if residual is not None else None)
     if args.ray_address:
         from twinloop_policy.scaleout import RayRollouts
         rollouts = RayRollouts(rollouts, args.ray_address, workers=task.training.workers)

@@ -123,7 +123,7 @@ def replay(run: RecordedRun, sim: WorkcellSimulation, kinematics: UrdfTransforms
             _, ids, values = commands[next_command]
             data.ctrl[ids] = values
             next_command += 1
-        mujoco.mj_step(model, data, nstep=steps_per_sample)
+        sim.advance(steps_per_sample)
         qpos_log[k] = data.qpos
     twin_q = qpos_log[:, sim.qpos_addresses]
     twin_box = qpos_log[:, sim.box_qpos_slice][:, :3]
@@ -224,6 +224,7 @@ def replay_bag(bag_path: Path | str, twin_path: Path | str, output_dir: Path | s
     """Load a twin and a bag, replay, optionally write the response bag."""
     from twinloop_twin.bundle import load_twin
     from twinloop_twin.nominal import load_scene, load_twin_workcell
+    from twinloop_twin.residual import load_residual
 
     twin = load_twin(Path(twin_path))
     output = response_bag_path(output_dir, bag_path, twin.version) if output_dir else None
@@ -231,7 +232,8 @@ def replay_bag(bag_path: Path | str, twin_path: Path | str, output_dir: Path | s
         raise ReplayError(f"{output} exists already; a replay never overwrites a bag: choose another output "
                           "folder or move the old response away")
     workcell = load_twin_workcell(twin)
-    sim = WorkcellSimulation(workcell, model=load_scene(twin))
+    model = load_scene(twin)
+    sim = WorkcellSimulation(workcell, model=model, residual=load_residual(twin, model))
     progress(0.05, f"reading {bag_path}")
     run = load_recorded_run(bag_path, list(sim.commandable_joints))
     progress(0.2, f"replaying {run.state_t[-1]:.1f} s in twin {twin.workcell} v{twin.version}")

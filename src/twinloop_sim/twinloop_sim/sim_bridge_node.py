@@ -21,6 +21,7 @@ from twinloop_sim.workcell_sim import WorkcellSimulation
 from twinloop_twin.bundle import TwinError, load_twin
 from twinloop_twin.model_parameters import apply_parameters, sample_parameters
 from twinloop_twin.nominal import load_scene, load_twin_workcell
+from twinloop_twin.residual import load_residual
 from twinloop_twin.scene import SCENE_BODIES
 
 PARAMETERS = {
@@ -49,10 +50,11 @@ class SimBridge(WorkcellServer):
             self.twin = load_twin(Path(p["twin_path"]))
             workcell = load_twin_workcell(self.twin)
             model = load_scene(self.twin)
+            residual = load_residual(self.twin, model)  # a bad residual file (TwinError) is refused at start-up
         except (TwinError, FileNotFoundError, ValueError) as error:
             raise StartupError(f"cannot serve twin '{p['twin_path']}': {error}") from error
         self._rng = np.random.default_rng(p["seed"])
-        sim = WorkcellSimulation(workcell, model=model, seed=p["seed"])
+        sim = WorkcellSimulation(workcell, model=model, seed=p["seed"], residual=residual)
         return ServedModel(
             sim=sim, urdf_xml=workcell.urdf_xml,
             camera_parameters={"twin_path": str(self.twin.path)},

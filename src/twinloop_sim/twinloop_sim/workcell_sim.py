@@ -20,6 +20,7 @@ from twinloop_twin.workcell import CameraIntrinsics, WorkcellDescription
 from twinloop_twin.contract import CommandRejected, parse_joint_command
 
 from twinloop_sim.unmodelled import UnmodelledForces
+from twinloop_twin.residual import ResidualTorque
 
 
 NO_NOISE = SensorNoise(joint_position_std_rad=0.0, joint_velocity_std_rad_s=0.0, joint_effort_std_nm=0.0,
@@ -39,11 +40,12 @@ class WorkcellSimulation:
 
     def __init__(self, workcell: WorkcellDescription, physics: WorkcellPhysics | None = None, *,
                  seed: int = 0, model: mujoco.MjModel | None = None,
-                 noise: SensorNoise | None = None) -> None:
+                 noise: SensorNoise | None = None, residual: ResidualTorque | None = None) -> None:
         """Built from a physics hypothesis, or from a compiled `model` (a twin's scene).
 
         Sensor noise comes from `noise`, else from the physics; a twin served without
-        either predicts noise-free.
+        either predicts noise-free. `residual`: a twin version's learned residual
+        (twinloop_twin.residual.load_residual), applied before every physics step.
         """
         if physics is None and model is None:
             raise ValueError("give a physics hypothesis or a compiled model")
@@ -62,6 +64,10 @@ class WorkcellSimulation:
         effects = physics.unmodelled if physics is not None else None
         forces = UnmodelledForces(self.model, effects) if effects is not None else None
         self._unmodelled = forces if forces is not None and forces.active else None
+        if residual is not None and self._unmodelled is not None:
+            raise ValueError("a residual belongs to a twin; a truth's unmodelled effects to the emulated cell, not both")
+        # what adds generalized forces before each step: the truth's effects or the twin's residual
+        self._per_step = self._unmodelled or residual
         self.reset()
 
     @property
@@ -109,11 +115,15 @@ class WorkcellSimulation:
     def step_until(self, time_s: float) -> int:
         """Advance the physics to `time_s`; returns the number of steps taken."""
         steps = int(round((time_s - self.data.time) / self.model.opt.timestep))
-        if steps > 0 and self._unmodelled is not None:
-            self._unmodelled.step(self.data, steps)  # its forces change every step
+        self.advance(steps)
+        return max(steps, 0)
+
+    def advance(self, steps: int) -> None:
+        """`steps` physics steps, with the per-step forces where there are any."""
+        if steps > 0 and self._per_step is not None:
+            self._per_step.step(self.data, steps)  # its forces change every step
         elif steps > 0:
             mujoco.mj_step(self.model, self.data, nstep=steps)
-        return max(steps, 0)
 
     def joint_state(self) -> JointStateSample:
         """What the joint encoders and torque sensors report, with the configured noise."""

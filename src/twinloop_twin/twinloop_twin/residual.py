@@ -24,6 +24,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
+from twinloop_twin.bundle import TwinError
 from twinloop_twin.physics import ARM_JOINTS
 from twinloop_twin.scene import (actuator_ids, actuator_name_for_joint, delayed_target, joint_dof_addresses,
                                  joint_qpos_addresses)
@@ -34,8 +35,8 @@ FORMAT = 1
 _LAYERS = ("wrench", "joint")
 
 
-class ResidualError(ValueError):
-    """A residual file that cannot be used; the message says why and what to do."""
+class ResidualError(TwinError):
+    """A twin version's residual file that cannot be used; the message says why and what to do."""
 
 
 @dataclass(frozen=True)

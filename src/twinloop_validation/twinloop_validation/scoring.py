@@ -183,6 +183,7 @@ class TrialScorer:
         from twinloop_twin.kinematics import UrdfTransforms
         from twinloop_twin.nominal import load_scene, load_twin_workcell
         from twinloop_twin.parameters import ParameterSet
+        from twinloop_twin.residual import load_residual
 
         twin = load_twin(Path(self.twin_path))
         workcell = load_twin_workcell(twin)
@@ -191,7 +192,10 @@ class TrialScorer:
         # the bags it was fit on (held-out ones in its provenance only scored it: they may be judged again)
         self._fit_bags = {bag.sha256 for bag in twin.manifest.provenance.source_bags if bag.split == "fit"}
         self._workcell = workcell
-        self._sim = WorkcellSimulation(workcell, model=load_scene(twin))
+        model = load_scene(twin)
+        residual = load_residual(twin, model)  # the version's learned residual, where it has one
+        self._residual_weights = residual.weights if residual is not None else None
+        self._sim = WorkcellSimulation(workcell, model=model, residual=residual)
         self._kinematics = UrdfTransforms(workcell.urdf_xml)
         self._rest_z = float(self._sim.box_qpos()[2])
         # the identified parameters with a measured spread: what the staleness check samples
@@ -261,6 +265,7 @@ class TrialScorer:
         from twinloop_sim.replay import replay
         from twinloop_sim.workcell_sim import WorkcellSimulation
         from twinloop_twin.model_parameters import apply_parameters, sample_parameters
+        from twinloop_twin.residual import ResidualTorque
 
         if self.draws <= 0 or not self.uncertain:
             return {}, float("nan")
@@ -270,7 +275,8 @@ class TrialScorer:
         for _ in range(self.draws):
             model = copy.copy(self._sim.model)
             apply_parameters(model, sample_parameters(self.uncertain, self._rng))
-            drawn = replay(run, WorkcellSimulation(self._workcell, model=model), self._kinematics)
+            residual = None if self._residual_weights is None else ResidualTorque(model, self._residual_weights)
+            drawn = replay(run, WorkcellSimulation(self._workcell, model=model, residual=residual), self._kinematics)
             squares += np.mean((drawn.twin_q[:, mean_columns] - mean_q) ** 2, axis=0)
         spread = np.sqrt(squares / self.draws + SPREAD_FLOOR_RAD ** 2)
         observed = np.array([result.joint_rmse_rad[result.joint_names.index(j)] for j in arm])

@@ -21,10 +21,10 @@ def planned_stages(fit: Sequence[RecordedMotion], held_out: Sequence[RecordedMot
                    select: Sequence[str] = ()) -> tuple[str, ...]:
     """The stages identify() and the build will run on these recordings, in order (for
     progress: a stage may still be passed over, e.g. when no arm joint moved)."""
-    return _stage_plan(sort_fit_data(fit, settings), bool(held_out), select)
+    return _stage_plan(sort_fit_data(fit, settings), bool(held_out), select, settings.residual)
 
 
-def _stage_plan(data: FitData, held_out: bool, select: Sequence[str]) -> tuple[str, ...]:
+def _stage_plan(data: FitData, held_out: bool, select: Sequence[str], residual: str = "off") -> tuple[str, ...]:
     def chosen(prefix: str) -> bool:  # any parameter under `prefix` selected
         return not select or any(s.startswith(prefix) or prefix.startswith(s) for s in select)
 
@@ -37,7 +37,15 @@ def _stage_plan(data: FitData, held_out: bool, select: Sequence[str]) -> tuple[s
         stages.append("box")
     if held_out:
         stages.append("held_out")
+    if residual_planned(data, select, residual):
+        stages.append("residual")
     return (*stages, "writing", "done")
+
+
+def residual_planned(data: FitData, select: Sequence[str], residual: str) -> bool:
+    """The residual stage runs after a whole-arm identification (no `select`) with recordings
+    of the arm alone, unless the settings turn it off."""
+    return residual != "off" and bool(data.arm) and not select
 
 
 def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[RecordedMotion], *,
@@ -54,7 +62,7 @@ def identify(spec: mujoco.MjSpec, prior: Mapping[str, float], fit: Sequence[Reco
     """
     check_recordings(fit, held_out, settings)
     data = sort_fit_data(fit, settings)
-    plan(_stage_plan(data, bool(held_out), select))
+    plan(_stage_plan(data, bool(held_out), select, settings.residual))
 
     def chosen(name: str) -> bool:
         return not select or any(name.startswith(s) for s in select)

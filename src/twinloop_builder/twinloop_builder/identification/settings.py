@@ -37,6 +37,10 @@ class IdentificationSettings:
     # values inside their 95 % intervals (z RMS 1.18); 1.0 s 86.1 % (1.28): a longer window
     # does not widen the intervals.
     interval_lag_s: float = 0.2
+    # The residual stage after identification (twinloop_builder.residual_fit): "auto" trains a
+    # learned joint-torque residual where the identified twin leaves a systematic error on the
+    # fit recordings' validation part and keeps it where it helps; "off" never does.
+    residual: str = "auto"
     min_motion_rad: float = 0.05  # a joint whose travel is below this is "never moved"
     min_finger_motion_m: float = 0.004  # the same for prismatic joints
     max_relative_std: float = 0.1  # identifiable when std <= this fraction of the value

@@ -1,0 +1,128 @@
+"""Benchmark: the learned residual on a truth with effects no physics parameter expresses.
+
+The emulated cell's truth (config/emulated_truth.yaml, or a truth drawn around the nominal
+physics with `--seed`, as the tests draw them) gets the unmodelled effects of the
+validation issue (twinloop_twin.physics.UnmodelledEffects): Stribeck friction on every arm
+joint (breakaway 1.8 x the sliding level, Stribeck velocity 0.05 rad/s), 2 mrad of backlash
+on panda_joint4 and a 0.4 kg payload 8 cm below the hand that the description lacks. A
+joint excitation (`--fit-length` s) and a held-out one (`--held-length` s, another seed)
+are simulated in-process on it with its sensor noise (no DDS); the arm is identified from
+the nominal twin, then the residual stage (twinloop_builder.residual_fit, as the builder
+runs it) trains on the fit recording. Printed side by side: the held-out joint RMSE of the
+identified twin without and with the residual, the noise floor (the truth's joint position
+noise, and the stage's estimate of it), and, as the reference a twin can reach, the same
+identification on the truth without the effects (`--no-reference` skips it). Goal of the
+validation issue: within 2x the noise floor with the residual; exit status 1 when missed.
+
+    .venv/bin/python bench/residual_model.py                       # shipped truth, 10 s fit
+    .venv/bin/python bench/residual_model.py --seed 3 --fit-length 30 --effects payload
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import numpy as np
+
+GOAL_FACTOR = 2.0
+EFFECTS = ("stribeck", "backlash", "payload")
+
+
+def effects_of(names: list[str]):
+    from twinloop_twin.physics import Backlash, Payload, Stribeck, UnmodelledEffects
+
+    chosen = {"stribeck": Stribeck(1.8, 0.05), "backlash": Backlash("panda_joint4", 0.002),
+              "payload": Payload(0.4, (0.0, 0.0, 0.08))}
+    return UnmodelledEffects(**{name: chosen[name] for name in names})
+
+
+def identify_on(truth, nominal, workcell, fit_length: float, held_length: float):
+    from twinloop_builder import identification as ident
+    from twinloop_builder.excitation import JointExcitationConfig, joint_excitation
+    from twinloop_builder.synthetic import simulate_session
+    from twinloop_twin.model_parameters import apply_parameters
+    from twinloop_twin.nominal import physics_parameters
+    from twinloop_twin.physics import ARM_JOINTS
+    from twinloop_twin.scene import build_workcell_spec
+
+    spec = build_workcell_spec(workcell, nominal)
+    amplitude = {**{j: 0.4 for j in ARM_JOINTS}, "panda_finger_joint1": 0.0}
+
+    def excitation(seed: int, length: float):
+        return joint_excitation(JointExcitationConfig(duration_s=length, ramp_s=1.5, amplitude=amplitude, seed=seed),
+                                workcell.home_joint_positions, spec.compile(), workcell.urdf_xml,
+                                workcell.table_top_height_m)
+    fit = simulate_session(workcell, truth, [excitation(0, fit_length)], name="fit", seed=100)
+    held = simulate_session(workcell, truth, [excitation(1, held_length)], name="held-out", split="held_out", seed=200)
+    started = time.monotonic()
+    result = ident.identify(spec, physics_parameters(nominal, source="nominal").means(), [fit], held_out=[held])
+    model = spec.compile()
+    apply_parameters(model, result.values())
+    return model, fit, held, time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=None, help="draw the truth with this seed (default: the shipped "
+                                                               "config/emulated_truth.yaml)")
+    parser.add_argument("--effects", nargs="+", choices=EFFECTS, default=list(EFFECTS))
+    parser.add_argument("--fit-length", type=float, default=10.0, help="s of fit excitation")
+    parser.add_argument("--held-length", type=float, default=6.0, help="s of held-out excitation")
+    parser.add_argument("--no-reference", action="store_true", help="skip the identification without the effects")
+    args = parser.parse_args()
+    if args.fit_length < 6.0 or args.held_length < 2.0:
+        parser.error("--fit-length must be >= 6 s (identification's shortest recording is 5 s) and "
+                     "--held-length >= 2 s")
+
+    from twinloop_builder.residual_fit import TwinModel, fit_residual, replay_errors, rmse
+    from twinloop_twin.residual import ResidualTorque
+    from twinloop_twin.physics import load_physics
+    from twinloop_twin.truth_draw import describe, draw_truth
+    from twinloop_twin.workcell import default_config_dir, load_workcell
+
+    workcell = load_workcell()
+    nominal = load_physics(default_config_dir() / "nominal_physics.yaml")
+    base = load_physics(default_config_dir() / "emulated_truth.yaml") if args.seed is None else draw_truth(nominal,
+                                                                                                         args.seed)
+    print(f"truth: {'config/emulated_truth.yaml' if args.seed is None else describe(base, nominal).splitlines()[0]}",
+          flush=True)
+    truth = dataclasses.replace(base, unmodelled=effects_of(args.effects))
+    print(f"unmodelled effects: {truth.unmodelled}", flush=True)
+    floor = base.noise.joint_position_std_rad
+    row = {"seed": args.seed, "effects": args.effects, "fit_length_s": args.fit_length,
+           "noise_floor_mrad": floor * 1e3}
+    if not args.no_reference:
+        model, fit, held, wall = identify_on(base, nominal, workcell, args.fit_length, args.held_length)
+        row["reference_mrad"] = rmse([replay_errors(TwinModel(model), held, None)])[0] * 1e3
+        print(f"reference, the same truth without the effects: identified in {wall:.0f} s, held-out joint RMSE "
+              f"{row['reference_mrad']:.3f} mrad", flush=True)
+    model, fit, held, wall = identify_on(truth, nominal, workcell, args.fit_length, args.held_length)
+    print(f"identified in {wall:.0f} s on the truth with the effects", flush=True)
+    started = time.monotonic()
+    outcome = fit_residual(model, [fit], progress=lambda fraction, message: print(f"  {message}", flush=True))
+    row["residual_s"] = time.monotonic() - started
+    twin = TwinModel(model)
+    without = rmse([replay_errors(twin, held, None)])
+    residual = ResidualTorque(model, outcome.weights) if outcome.weights is not None else None
+    with_residual = rmse([replay_errors(twin, held, residual)]) if residual is not None else without
+    row.update(without_mrad=without[0] * 1e3, with_mrad=with_residual[0] * 1e3,
+               estimated_floor_mrad=outcome.noise_floor_rad * 1e3, reason=outcome.reason,
+               per_joint_mrad={f"panda_joint{i + 1}": [round(b * 1e3, 4), round(a * 1e3, 4)]
+                               for i, (b, a) in enumerate(zip(without[1], with_residual[1]))})
+    met = with_residual[0] <= GOAL_FACTOR * floor
+    print(f"residual stage ({row['residual_s']:.0f} s): {outcome.reason}")
+    print(f"held-out joint RMSE: identified twin {row['without_mrad']:.3f} mrad, with the residual "
+          f"{row['with_mrad']:.3f} mrad; noise floor {floor * 1e3:.3f} mrad (estimated "
+          f"{row['estimated_floor_mrad']:.3f}): {without[0] / floor:.1f}x -> {with_residual[0] / floor:.1f}x the floor"
+          + (f"; reference without the effects {row['reference_mrad']:.3f} mrad" if "reference_mrad" in row else ""))
+    print(f"goal: within {GOAL_FACTOR:g}x the noise floor with the residual: {'met' if met else 'NOT met'}")
+    print(json.dumps(row, indent=1, default=float))
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    sys.exit(main())
