@@ -315,3 +315,30 @@ def test_the_exported_policy_carries_the_box_through_the_monitor(exported, cell)
     print(f"trial: {outcome.reason}; the box at {np.round(box[:3], 3).tolist()}, goal {list(spec.goal_box_xy)}")
     assert outcome.success, outcome.reason
     assert not cell.monitor_faulted() and cell.forwarded == cell.sent
+
+
+def _hand_force_residual(force_n) -> "ResidualWeights":
+    """A twin residual that is a constant world force at the hand (its output biases only)."""
+    from twinloop_twin.residual import ResidualWeights
+    zero = (np.zeros((2, 9)), np.zeros(2), np.zeros((2, 2)), np.zeros(2))
+    return ResidualWeights((*zero, np.zeros((6, 2)), np.array([*force_n, 0.0, 0.0, 0.0])),
+                           (*zero, np.zeros((1, 2)), np.zeros(1)), np.ones(7), np.ones(7), np.ones(7))
+
+
+def test_rollouts_step_the_twins_residual(task, plan, workcell, twin_model, nominal):
+    """Training rolls out in the twin with its learned residual: a zero residual changes no
+    episode; one pushing the hand 40 N along +y leaves the carried box further along +y."""
+    values = physics_parameters(nominal, source="nominal").means()
+    context = draw_contexts(task, CarryPolicy(plan, task), 1, np.random.default_rng(0))[0]
+    episode = Episode(values, context.box_xy, context.seen_box_offset, context.goal_xy, 0.012, 1.0)
+
+    def end(residual):
+        rollouts = CarryRollouts(twin_model, CarryPolicy(plan, task), task, workcell.box.link, plan.box_z_m,
+                                 workers=1, residual=residual)
+        return rollouts.run_one(episode)
+
+    plain, zero, pushed = end(None), end(_hand_force_residual([0.0, 0.0, 0.0])), end(_hand_force_residual([0, 40, 0]))
+    np.testing.assert_array_equal(plain.box_xy, zero.box_xy)
+    shift = pushed.box_xy - plain.box_xy
+    print(f"box end moved by the hand force: {shift * 1000} mm")
+    assert shift[1] > 0.001 and abs(shift[1]) > abs(shift[0])

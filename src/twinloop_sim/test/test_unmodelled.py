@@ -149,3 +149,21 @@ def test_effort_sensors_see_the_backlash_torque(workcell, truth):
     sim_plain = WorkcellSimulation(workcell, truth, noise=NO_NOISE)
     gravity = sim_plain.joint_state().effort[list(sim.joint_names).index(joint)]
     assert effort == pytest.approx(gravity, abs=0.3)
+
+
+def test_the_truth_files_commented_example_parses(truth):
+    """config/emulated_truth.yaml documents the section as a commented example: it must load."""
+    import yaml
+
+    lines = TRUTH.read_text().splitlines()
+    start = lines.index("#   unmodelled:")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        block.append(line[2:])
+    raw = physics_to_dict(truth)
+    raw.update(yaml.safe_load("\n".join(block)))
+    effects = physics_from_dict(raw).unmodelled
+    assert effects == UnmodelledEffects(Stribeck(1.8, 0.05), Backlash("panda_joint4", 0.002),
+                                        Payload(0.4, (0.0, 0.0, 0.08)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from twinloop_ros.node import make_executor, run_node
 from twinloop_sim.inputs_node import load_sim_inputs
 from twinloop_sim.workcell_server_node import ServedModel, WorkcellServer
+from twinloop_sim.unmodelled import effects_text
 from twinloop_sim.workcell_sim import WorkcellSimulation
 
 PARAMETERS = {
@@ -35,7 +36,9 @@ class EmulatedWorkcell(WorkcellServer):
                                "workcell_config": str(inputs.workcell.config_path),
                                "urdf": str(inputs.workcell.urdf_path)},
             description=f"truth '{inputs.physics_path}', command delay "
-                        f"{inputs.physics.command_delay_s * 1e3:.1f} ms")
+                        f"{inputs.physics.command_delay_s * 1e3:.1f} ms"
+                        + (f", unmodelled effects: {effects_text(inputs.physics.unmodelled)}"
+                           if inputs.physics.unmodelled is not None else ""))
 
 
 def main(args=None) -> None:

@@ -13,7 +13,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import mujoco
 import numpy as np
 
 from twinloop_logging.bag_reader import BagError, open_bag
@@ -115,7 +114,7 @@ def replay(run: RecordedRun, sim: WorkcellSimulation, kinematics: UrdfTransforms
     # validated once when loaded; here only resolved to actuator ids (the loop is hot)
     commands = [(t, *sim.actuator_targets(targets)) for t, targets in run.commands]
     next_command = 0
-    model, data = sim.model, sim.data
+    data = sim.data
     qpos_log[0] = data.qpos
     for k in range(1, samples):
         # commands due in the coming period take effect at its start, as in the servers
