@@ -262,9 +262,11 @@ class NodeSet:
         log.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.process.poll() is None:
-            status = subprocess.run([TWINLOOP, "monitor", "status"], cwd=self.run_dir, env=self.env,
-                                    capture_output=True)
-            if status.returncode == 0:
+            # up when the envelope monitor and the recorder answer (every stage that talks
+            # to the cell goes through them; 9 processes starting on 2 cores take a while)
+            if all(subprocess.run([TWINLOOP, *probe], cwd=self.run_dir, env=self.env,
+                                  capture_output=True).returncode == 0
+                   for probe in (["monitor", "status"], ["record", "--timeout", "2", "status"])):
                 time.sleep(5.0)
                 return
             time.sleep(2.0)
