@@ -317,7 +317,7 @@ def test_the_exported_policy_carries_the_box_through_the_monitor(exported, cell)
     assert not cell.monitor_faulted() and cell.forwarded == cell.sent
 
 
-def _hand_force_residual(force_n) -> "ResidualWeights":
+def _hand_force_residual(force_n):
     """A twin residual that is a constant world force at the hand (its output biases only)."""
     from twinloop_twin.residual import ResidualWeights
     zero = (np.zeros((2, 9)), np.zeros(2), np.zeros((2, 2)), np.zeros(2))
