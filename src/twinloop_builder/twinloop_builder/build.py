@@ -249,8 +249,10 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
     parameters = identified_parameters(parent.parameters, identified.result, identified.select)
     _, physics = _identified_physics(parent, parameters)
     model = compile_workcell(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
-    return fit_residual(model, data.arm, identified.held_out, mode=settings.residual,
-                        progress=lambda fraction, message: progress("residual", fraction, message))
+    outcome = fit_residual(model, data.arm, identified.held_out, mode=settings.residual,
+                           progress=lambda fraction, message: progress("residual", fraction, message))
+    progress("residual", 1.0, f"residual: {outcome.reason}")  # whichever way it ended
+    return outcome
 
 
 def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[str], held_out_bags: Sequence[str] = (),

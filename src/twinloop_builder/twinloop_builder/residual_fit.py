@@ -278,5 +278,4 @@ def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
         corrected = rmse([replay_errors(twin, r, ResidualTorque(model, weights)) for r in held_out])
         outcome.held_out_before_rad, outcome.held_out_after_rad = plain[0], corrected[0]
         outcome.held_out_per_joint = {j: (float(b), float(a)) for j, b, a in zip(ARM_JOINTS, plain[1], corrected[1])}
-    progress(1.0, "residual: " + outcome.reason)
     return outcome
