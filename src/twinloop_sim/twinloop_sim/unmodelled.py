@@ -7,8 +7,6 @@ the third effect, is a body in the compiled model (twinloop_twin.scene).
 """
 from __future__ import annotations
 
-
-
 import mujoco
 import numpy as np
 

@@ -26,8 +26,7 @@ import numpy as np
 
 from twinloop_twin.bundle import TwinError
 from twinloop_twin.physics import ARM_JOINTS
-from twinloop_twin.scene import (actuator_ids, actuator_name_for_joint, delayed_target, joint_dof_addresses,
-                                 joint_qpos_addresses)
+from twinloop_twin.scene import command_actuator_ids, delayed_target, joint_dof_addresses, joint_qpos_addresses
 
 RESIDUAL_FILE = "residual.npz"
 HAND_BODY = "panda_hand"
@@ -94,7 +93,7 @@ class ResidualTorque:
         self.model, self.weights = model, weights
         self._qpos = joint_qpos_addresses(model, ARM_JOINTS)
         self._dof = joint_dof_addresses(model, ARM_JOINTS)
-        self._actuators = actuator_ids(model, [actuator_name_for_joint(j) for j in ARM_JOINTS])
+        self._actuators = command_actuator_ids(model, ARM_JOINTS)
         self._hand = model.body(HAND_BODY).id
         self._one_hot = np.eye(len(ARM_JOINTS))
 
