@@ -12,7 +12,10 @@ Exit codes: those of the command; 2 for an unknown command.
 from __future__ import annotations
 
 import ast
+import faulthandler
 import importlib.util
+import logging
+import os
 import sys
 from importlib.metadata import EntryPoint, entry_points
 
@@ -64,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         print(usage(commands))
         return 0 if argv else 2
     name, rest = argv[0], argv[1:]
+    # A crash in native code (DDS, MuJoCo, Open3D) prints the Python stack of every thread
+    # to stderr instead of only "Segmentation fault", so a report says where it happened.
+    if not faulthandler.is_enabled():
+        faulthandler.enable()
     if name not in commands:
         print(f"twinloop: unknown command '{name}'; commands: {', '.join(commands) or 'none registered'} "
               "(is the workspace installed? run tools/setup.sh)", file=sys.stderr)
@@ -72,5 +79,25 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
+def console_main() -> None:
+    """The `twinloop` console script: `main`, then exit with its code without the
+    interpreter's teardown.
+
+    Every command that talks to running nodes has destroyed its node and shut its ROS
+    context down before it returns (twinloop_ros.session.RosSession.close); what the
+    teardown would still do is garbage-collect rclpy's emptied handle objects and run the
+    DDS library's static destructors, which in rclpy is a known source of rare crashes at
+    exit (SIGSEGV after the command had printed its result, e.g. ros2/rclpy#178). The
+    command's result is its exit code, so it is given as is. Python's own exit handlers
+    that matter here (logging) are flushed first; argparse errors, --help and Ctrl-C
+    leave through the ordinary exit.
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

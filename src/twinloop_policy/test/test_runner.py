@@ -58,15 +58,15 @@ def test_a_run_ends_at_the_goal_on_a_fault_on_stale_input_or_at_its_timeout(run_
     assert run.step(1.001) is not None and not run.done.is_set()
     run.step(1.001 + period, fault="fault 3, velocity limit")
     assert run.outcome == (False, "envelope fault 3, velocity limit")
-    # Joint states that stop: steps are skipped (nothing sent), and 25 periods end the run.
-    run = PolicyRun(loop, assembler, timeout_s=2.0)
+    # Joint states that stop: steps are skipped (nothing sent), and stale_abort_s ends the run.
+    run = PolicyRun(loop, assembler, timeout_s=2.0, stale_abort_s=0.1)
     t, sent = 1.0, []
     while not run.done.is_set() and t < 2.0:
         sent.append(run.step(t))
         t += period
     assert run.outcome[0] is False and run.outcome[1].startswith("stopped: observation 'joint_position' is")
-    assert sent[0] is not None and all(s is None for s in sent[6:]) and run.stale_skips >= 25
-    assert 0.02 + 25 * period <= t - 1.0 <= 0.02 + 28 * period
+    assert sent[0] is not None and all(s is None for s in sent[6:]) and run.stale_skips >= 0.1 / period
+    assert 0.02 + 0.1 <= t - 1.0 <= 0.02 + 0.1 + 3 * period
     # Fresh states that never reach the goal: the timeout.
     run = PolicyRun(loop, assembler, timeout_s=0.5)
     t = 3.0

@@ -47,6 +47,8 @@ class PolicyRunnerNode(Node):
             "reset_service": ("/emulated_workcell/reset", "ResetWorkcell service of the simulator"),
             "operator_service": ("/twinloop/operator/confirm_reset", "ConfirmReset service of the operator"),
             "settle_s": (0.5, "s, wait after a scene reset before the trial starts"),
+            "stale_abort_s": (0.5, "s, a running trial whose observations stay stale this long stops (until "
+                              "then its steps are skipped); the envelope monitor's joint_state_timeout_s"),
             "observation_timeout_s": (5.0, "s, wait after settle_s for every observation term's first value "
                                       "(e.g. the box tracker's pose); a trial without one is not run"),
             "recorder_node": ("/recorder", "recorder whose start/stop services record the trials"),
@@ -148,7 +150,7 @@ class PolicyRunnerNode(Node):
 
     def run_policy(self, timeout_s: float, judge: bool = True) -> tuple[bool, str]:
         """Step the policy from its reset until done (worker thread: blocks until then)."""
-        run = self._run = PolicyRun(self.loop, self.assembler, timeout_s, judge)
+        run = self._run = PolicyRun(self.loop, self.assembler, timeout_s, judge, stale_abort_s=self.p["stale_abort_s"])
         outcome = run.wait(stop=lambda: self._closing)
         self.stale_skips += run.stale_skips
         return outcome

@@ -159,7 +159,10 @@ class PolicyRun:
     timeout_s: float
     judge: bool = True
     start_s: float | None = None  # the first step's time
-    stale_abort_periods: int = 25  # consecutive periods without a fresh observation that end a run
+    # How long observations may stay stale before the run ends (steps are skipped until then):
+    # by default the envelope monitor's joint_state_timeout_s, so a scheduling hiccup on a
+    # loaded computer skips steps instead of ending a trial the monitor would let go on.
+    stale_abort_s: float = 0.5
     stale_skips: int = 0
     stale_since: float | None = None
     outcome: tuple[bool, str] = (False, "")
@@ -180,7 +183,7 @@ class PolicyRun:
             # sent); one that stays missing ends the run.
             self.stale_skips += 1
             self.stale_since = self.stale_since if self.stale_since is not None else now_s
-            if now_s - self.stale_since > self.stale_abort_periods / self.loop.spec.rate_hz:
+            if now_s - self.stale_since > self.stale_abort_s:
                 self.finish(False, f"stopped: {error}")
             return None
         except FloatingPointError as error:
