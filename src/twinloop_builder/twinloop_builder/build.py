@@ -239,14 +239,20 @@ def _identified_physics(parent: TwinBundle, parameters: ParameterSet) -> tuple[d
 
 
 def fit_identified_residual(identified: Identified, settings: IdentificationSettings,
-                            progress: Callable[[str, float, str], None] = lambda *_: None) -> ResidualOutcome | None:
+                            progress: Callable[[str, float, str], None] = lambda *_: None, *,
+                            parameters: ParameterSet | None = None) -> ResidualOutcome | None:
     """The residual stage on the identified twin (None where it does not run: settings off,
-    a selective identification, no recording of the arm alone)."""
+    a selective identification, no recording of the arm alone).
+
+    `parameters`: the new version's own where they are not the identification's (a
+    correction's, widened ones included); the residual is then learned against them after a
+    selective identification too, since what it compensates is the whole version's error."""
     data = sort_fit_data(identified.fit, settings)
-    if not residual_planned(data, identified.select, settings.residual):
+    if not residual_planned(data, () if parameters is not None else identified.select, settings.residual):
         return None
     parent = identified.parent
-    parameters = identified_parameters(parent.parameters, identified.result, identified.select)
+    if parameters is None:
+        parameters = identified_parameters(parent.parameters, identified.result, identified.select)
     _, physics = _identified_physics(parent, parameters)
     model = compile_workcell(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
     outcome = fit_residual(model, data.arm, identified.held_out, mode=settings.residual,

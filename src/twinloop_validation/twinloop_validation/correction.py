@@ -30,6 +30,10 @@
 4. The version's provenance says why (created_by `correction`, the parent, the rounds,
    each implicated parameter with its evidence); `correction/report.yaml` in the version
    holds every number (parent vs new values, the held-out errors before and after).
+5. A parent that carries a learned residual (twinloop_twin.residual) gets a version whose
+   residual is learned again against the corrected parameters, on every fit recording
+   (twinloop_builder.build.fit_identified_residual): the parent's compensated the parent's
+   parameters' error, not the new ones'. Where no systematic error is left, none is kept.
 """
 from __future__ import annotations
 
@@ -129,12 +133,13 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
     Raises ValidationError (rounds of another twin, no fit data) and the builder's
     RecordingError / IdentificationError (bad or held-out fit bags, data that identify nothing).
     """
-    from twinloop_builder.build import (REPORT_FILE, held_out_lineage, identified_parameters, identify_from_bags,
-                                        write_identified_version)
+    from twinloop_builder.build import (REPORT_FILE, fit_identified_residual, held_out_lineage, identified_parameters,
+                                        identify_from_bags, write_identified_version)
     from twinloop_builder.identification import IdentificationSettings
     from twinloop_builder.recording import bag_sha256
     from twinloop_twin.bundle import load_twin
     from twinloop_twin.parameters import Parameter, ParameterSet
+    from twinloop_twin.residual import RESIDUAL_FILE
 
     if not widen >= 1.0 or not math.isfinite(widen):
         raise ValidationError(f"widen {widen}: give a factor of at least 1")
@@ -213,9 +218,18 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
             + "; ".join(reasons[:NOTE_REASONS])
             + (f"; and {len(reasons) - NOTE_REASONS} more" if len(reasons) > NOTE_REASONS else "")
             + f"; see {CORRECTION_REPORT}")
+    residual = None
+    if parent.file_path(RESIDUAL_FILE).is_file():
+        # The parent's residual compensated the parent's parameters' error; against the new
+        # ones it is learned again (kept, or dropped where no systematic error is left).
+        say(f"{label} carries a learned residual: learning it again against the corrected parameters")
+        residual = fit_identified_residual(identified, settings or IdentificationSettings(), progress,
+                                           parameters=ParameterSet(parameters))
+        body["residual"] = residual.report() if residual is not None else None
     twin = write_identified_version(
         root, identified, parameters=ParameterSet(parameters), created_by="correction", note=note,
-        extra_files={CORRECTION_REPORT: yaml.safe_dump(_plain(body), sort_keys=False).encode()}, progress=progress)
+        extra_files={CORRECTION_REPORT: yaml.safe_dump(_plain(body), sort_keys=False).encode()},
+        residual=residual, progress=progress)
     fitted = {b.sha256 for b in twin.manifest.provenance.source_bags if b.split == "fit"}
     if fitted & set(held_out_lineage(root, twin.workcell, twin.version)):  # the builder refuses it before this
         raise RuntimeError(f"{twin.path}: a held-out bag is among its fit bags; do not use this version")
@@ -251,4 +265,10 @@ def format_correction(result: CorrectionResult) -> str:
         lines.append(f"  held-out: joint RMSE {jb * 1e3:.2f} -> {ja * 1e3:.2f} mrad; effort RMSE {eb:.3f} -> "
                      f"{ea:.3f} N m" + (f"; box RMSE {bb * 100:.2f} -> {ba * 100:.2f} cm"
                                          if bb is not None and math.isfinite(bb) else ""))
+    residual = result.report.get("residual")
+    if residual is not None:  # the parent carried one: learned again against the new parameters
+        held_rmse = residual["held_out_rmse_mrad"]
+        lines.append(f"  learned residual: {residual['reason']}"
+                     + (f"; held-out {held_rmse['without']} -> {held_rmse['with']} mrad"
+                        if held_rmse["with"] is not None else ""))
     return "\n".join(lines)
