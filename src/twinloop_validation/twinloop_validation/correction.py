@@ -219,7 +219,7 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
             + (f"; and {len(reasons) - NOTE_REASONS} more" if len(reasons) > NOTE_REASONS else "")
             + f"; see {CORRECTION_REPORT}")
     residual = None
-    if parent.file_path(RESIDUAL_FILE).is_file():
+    if (parent.path / RESIDUAL_FILE).is_file():
         # The parent's residual compensated the parent's parameters' error; against the new
         # ones it is learned again (kept, or dropped where no systematic error is left).
         say(f"{label} carries a learned residual: learning it again against the corrected parameters")
