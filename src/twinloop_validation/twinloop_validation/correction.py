@@ -226,6 +226,9 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
         residual = fit_identified_residual(identified, settings or IdentificationSettings(), progress,
                                            parameters=ParameterSet(parameters))
         body["residual"] = residual.report() if residual is not None else None
+        if residual is None:
+            say("no residual learned (the builder's residual setting is off, or no fit recording moves the arm "
+                "alone): the corrected version has none")
     twin = write_identified_version(
         root, identified, parameters=ParameterSet(parameters), created_by="correction", note=note,
         extra_files={CORRECTION_REPORT: yaml.safe_dump(_plain(body), sort_keys=False).encode()},
