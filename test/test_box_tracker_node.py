@@ -61,7 +61,9 @@ def test_tracked_pose_matches_ground_truth_at_the_same_stamps(tmp_path):
         status = probe.collect(SystemStatus, "/box_tracker/status", LATCHED)
         probe.wait_for(lambda: len(tracked) >= 5, 90.0, "the tracker's first poses")
         start = len(tracked)
-        probe.wait_for(lambda: len(tracked) >= start + 30, 30.0, "30 more tracked poses")
+        # 60 more: the ground truth comes best effort and a loaded host drops some of it
+        # (a fresh-clone run paired only 13 of 25 poses with a truth within 11 ms)
+        probe.wait_for(lambda: len(tracked) >= start + 60, 45.0, "60 more tracked poses")
         pairs = []
         truth_s = np.array([_seconds(m.header.stamp) for _, m in list(truth)])
         for _, msg in list(tracked)[start + 5:]:

@@ -30,7 +30,7 @@ setup(
     license='Apache-2.0',
     entry_points={
         'console_scripts': [
-            'twinloop = twinloop_bringup.cli:console_main',
+            'twinloop = twinloop_bringup.cli:main',
         ],
         'twinloop.commands': [
             'bringup = twinloop_bringup.bringup:main',

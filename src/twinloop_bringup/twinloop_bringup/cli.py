@@ -14,8 +14,6 @@ from __future__ import annotations
 import ast
 import faulthandler
 import importlib.util
-import logging
-import os
 import sys
 from importlib.metadata import EntryPoint, entry_points
 
@@ -79,25 +77,5 @@ def main(argv: list[str] | None = None) -> int:
     return int(result or 0)
 
 
-def console_main() -> None:
-    """The `twinloop` console script: `main`, then exit with its code without the
-    interpreter's teardown.
-
-    Every command that talks to running nodes has destroyed its node and shut its ROS
-    context down before it returns (twinloop_ros.session.RosSession.close); what the
-    teardown would still do is garbage-collect rclpy's emptied handle objects and run the
-    DDS library's static destructors, which in rclpy is a known source of rare crashes at
-    exit (SIGSEGV after the command had printed its result, e.g. ros2/rclpy#178). The
-    command's result is its exit code, so it is given as is. Python's own exit handlers
-    that matter here (logging) are flushed first; argparse errors, --help and Ctrl-C
-    leave through the ordinary exit.
-    """
-    code = main()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    console_main()
+    sys.exit(main())

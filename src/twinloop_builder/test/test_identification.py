@@ -221,3 +221,18 @@ def test_fit_stops_once_a_step_moves_it_by_less_than_a_tenth_of_a_sigma(spec, tr
     assert early.report.residual_evaluations < end.report.residual_evaluations
     for x, variable in zip(early.x, variables):  # and it found the truth (within 2 %)
         assert abs(variable.physical(x)[variable.name] / values[variable.name] - 1) < 0.02
+
+
+def test_box_poses_with_a_repeated_stamp_do_not_make_a_push(short_fit):
+    """A tracker that stamps two poses with the same camera time (tracker noise between
+    them: 0.2 mm) must not turn a joint excitation, where the box stays put, into a push
+    (the quick loop once identified no arm parameter after that)."""
+    import dataclasses
+
+    settings = ident.IdentificationSettings()
+    assert len(short_fit.box_t) >= 3 and len(push_windows(short_fit, settings)) == 0
+    index = len(short_fit.box_t) // 2
+    box_t = np.insert(short_fit.box_t, index, short_fit.box_t[index])
+    box_pose = np.insert(short_fit.box_pose, index, short_fit.box_pose[index] + [2e-4, 0, 0, 0, 0, 0, 0], axis=0)
+    repeated = dataclasses.replace(short_fit, box_t=box_t, box_pose=box_pose)
+    assert len(push_windows(repeated, settings)) == 0

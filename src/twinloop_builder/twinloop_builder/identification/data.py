@@ -83,8 +83,15 @@ def push_windows(recording: RecordedMotion, settings: IdentificationSettings) ->
     up; the held box's weight shows in the arm's joints."""
     moving = np.zeros(0)
     if len(recording.box_t) >= 3:
-        speed = np.linalg.norm(np.diff(recording.box_pose[:, :2], axis=0), axis=1) / np.diff(recording.box_t)
-        moving = recording.box_t[1:][speed > settings.box_speed_threshold_m_s]
+        # Only pairs of poses with time between them: a tracker that stamps two poses with
+        # the same camera time (seen in a run of the quick loop under load) would otherwise
+        # give an infinite speed, and a joint excitation would count as a push.
+        dt = np.diff(recording.box_t)
+        later = dt > 0
+        distance = np.linalg.norm(np.diff(recording.box_pose[:, :2], axis=0), axis=1)
+        speed = np.zeros_like(dt)
+        speed[later] = distance[later] / dt[later]
+        moving = recording.box_t[1:][later & (speed > settings.box_speed_threshold_m_s)]
     if len(recording.command_t):
         commanded = recording.commands_on_grid(recording.state_t)
         for finger in (j for j in COMMANDED_JOINTS if j not in ARM_JOINTS):
