@@ -180,7 +180,6 @@ def test_implication_rules_on_hand_built_rounds():
     assert set(implicate([stale], names).names) == {n for n in names if n not in GRIP}
 
 
-
 def test_a_parents_learned_residual_is_learned_again_against_the_corrected_parameters(tmp_path):
     """A twin of the shipped truth with unmodelled effects (Stribeck friction, backlash,
     a payload) carries a learned residual; a round that found panda_joint4 beyond its

@@ -87,11 +87,9 @@ def push_windows(recording: RecordedMotion, settings: IdentificationSettings) ->
         # the same camera time (seen in a run of the quick loop under load) would otherwise
         # give an infinite speed, and a joint excitation would count as a push.
         dt = np.diff(recording.box_t)
-        later = dt > 0
         distance = np.linalg.norm(np.diff(recording.box_pose[:, :2], axis=0), axis=1)
-        speed = np.zeros_like(dt)
-        speed[later] = distance[later] / dt[later]
-        moving = recording.box_t[1:][later & (speed > settings.box_speed_threshold_m_s)]
+        speed = np.divide(distance, dt, out=np.zeros_like(dt), where=dt > 0)
+        moving = recording.box_t[1:][speed > settings.box_speed_threshold_m_s]
     if len(recording.command_t):
         commanded = recording.commands_on_grid(recording.state_t)
         for finger in (j for j in COMMANDED_JOINTS if j not in ARM_JOINTS):
