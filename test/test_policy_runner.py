@@ -26,8 +26,9 @@ def home():
     return load_workcell().home_arm_positions
 
 
-def _refused(tmp_path, folder) -> str:
-    process = NodeProcess(RUNNER, fresh_domain_id(), {"policy_path": str(folder)}, log_path=tmp_path / "runner.log")
+def _refused(tmp_path, folder, **parameters) -> str:
+    process = NodeProcess(RUNNER, fresh_domain_id(), {"policy_path": str(folder), **parameters},
+                          log_path=tmp_path / "runner.log")
     code = process.process.wait(timeout=60)
     log = process.log()
     process.stop()
@@ -44,6 +45,13 @@ def test_runner_refuses_a_mismatched_policy(tmp_path, home):
     assert "joint_a1" in log and "not commandable" in log
     too_fast = write_scripted_policy(tmp_path / "rate", home, rate_hz=1000.0)
     assert "faster than the robot's joint states" in _refused(tmp_path, too_fast.folder)
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1.0])
+def test_runner_refuses_a_stale_abort_time_that_is_not_a_positive_time(tmp_path, home, value):
+    policy = write_scripted_policy(tmp_path / "reach", home)
+    log = _refused(tmp_path, policy.folder, stale_abort_s=value)
+    assert f"stale_abort_s {value}: give a finite time > 0" in log and "Traceback" not in log, log
 
 
 @pytest.fixture(scope="module")

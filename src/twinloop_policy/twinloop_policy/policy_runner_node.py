@@ -72,6 +72,9 @@ class PolicyRunnerNode(Node):
         self._timer = None
         self._box_subscriptions: dict[str, object] = {}
         self._run: PolicyRun | None = None
+        if not self.p["stale_abort_s"] > 0.0 or self.p["stale_abort_s"] == float("inf"):  # NaN fails the first
+            raise StartupError(f"stale_abort_s {self.p['stale_abort_s']}: give a finite time > 0 (s; the envelope "
+                               "monitor's joint_state_timeout_s, 0.5, is the default)")
         self._closing = False
         self.stale_skips = 0
         # Commands: each message is one step of the monitor (the COMMANDS profile says why).
