@@ -338,6 +338,10 @@ def _excite(args) -> int:
                 lead_s = player.play(trajectory, stop=monitor.faulted if monitor else lambda: False, lead=lead)
                 if lead_s:
                     print(f"{what}: first {lead_s:.2f} s from the measured pose to its start", file=sys.stderr)
+                if monitor and monitor.faulted():
+                    # which side paused: this sender (a long gap here) or the way to the monitor
+                    print(f"{what}: longest time between two published commands {player.longest_gap_s * 1e3:.0f} ms",
+                          file=sys.stderr)
                 if player.pauses_s:
                     print(f"{what}: held {len(player.pauses_s)} times ({sum(player.pauses_s):.2f} s in all, longest "
                           f"{max(player.pauses_s):.2f} s) while the robot lagged its target by more than pause_lead ("
@@ -345,7 +349,8 @@ def _excite(args) -> int:
                           file=sys.stderr)
             finally:
                 if monitor:
-                    monitor.set_armed(False)
+                    with player.holding():  # the stream stays alive until the monitor has disarmed
+                        monitor.set_armed(False)
             if monitor:
                 monitor.check(what)
             print(f"played {what} ({trajectory.t[-1]:.1f} s)", file=sys.stderr)

@@ -5,9 +5,11 @@ twinloop_ros.clients, and their failures become `PlayerError`s that say what to 
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections import Counter
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import mujoco
 import numpy as np
@@ -46,7 +48,10 @@ class ExcitationPlayer:
     monitor or workcell that falls behind the stream on a loaded host forwards the queued
     targets in a burst; unpaced, the target then runs ahead of the robot by the whole
     backlog (0.25 rad at 0.5-1 rad/s and 0.3-0.5 s behind) and the monitor's lead check
-    stops the motion. Paced, the backlog is at most `pause_lead` ahead of the robot.
+    stops the motion. Paced, the backlog is at most `pause_lead` ahead of the robot. While it
+    holds, it publishes the held row again every period: an armed monitor faults a stream
+    that stops for `command_timeout_s` (its command watchdog), and a hold on a loaded host
+    plus a stall of the process would add up to that.
     """
 
     def __init__(self, node: Node, *, command_topic: str = "/twinloop/builder/command",
@@ -73,6 +78,10 @@ class ExcitationPlayer:
         self.max_pause_s = max_pause_s
         self.pauses_s: list[float] = []  # each hold while the robot lagged, last play()
         self.lagging: Counter[str] = Counter()  # joints that lagged at the start of a hold, last play()
+        self.longest_gap_s = 0.0  # longest time between two published rows, last play()
+        self._last: tuple[list[str], np.ndarray, float] | None = None  # (joints, row, period) last published
+        self._published = 0.0  # time.monotonic() of the last publish
+        self._publish_lock = threading.Lock()
         node.create_subscription(JointState, joint_states_topic,
                                  lambda msg: self.measured.update(zip(msg.name, msg.position)),
                                  SENSOR)
@@ -116,14 +125,17 @@ class ExcitationPlayer:
         names = list(trajectory.joints)
         paced = [(names.index(j), limit) for j, limit in self.pause_lead.items() if j in names]
         periods = np.diff(trajectory.t, append=trajectory.t[-1])
+        # how often a held row is published again (0, a single row: not at all)
+        step = float(periods[periods > 0].min()) if (periods > 0).any() else 0.0
         self.schedule_shifts_s, self.pauses_s, self.lagging = [], [], Counter()
+        self.longest_gap_s = 0.0
+        self._last = None
         due = time.monotonic()
-        sent = None
         for row, period in zip(trajectory.positions, periods):
             if stop():
                 break
-            if sent is not None and paced:
-                held = self._hold_while_lagging(names, sent, paced)
+            if self._last is not None and paced:
+                held = self._hold_while_lagging(names, self._last[1], paced)
                 if held > 0:
                     self.pauses_s.append(held)
                     due = max(due, time.monotonic())
@@ -133,16 +145,49 @@ class ExcitationPlayer:
             elif late > period > 0:
                 due += late  # behind by more than a row: shift the schedule, do not bunch rows
                 self.schedule_shifts_s.append(late)
-            msg = JointState(name=names, position=[float(v) for v in row])
-            msg.header.stamp = self.node.get_clock().now().to_msg()
-            self.publisher.publish(msg)
-            sent = row
+            self._publish(names, row, step)
             due += period
         return lead.duration_s if lead is not None else 0.0
 
+    def _publish(self, names: list[str], row: np.ndarray, period: float) -> None:
+        with self._publish_lock:
+            msg = JointState(name=names, position=[float(v) for v in row])
+            msg.header.stamp = self.node.get_clock().now().to_msg()
+            self.publisher.publish(msg)
+            now = time.monotonic()
+            if self._last is not None:
+                self.longest_gap_s = max(self.longest_gap_s, now - self._published)
+            self._last, self._published = (names, row, period), now
+
+    def _republish_if_due(self) -> None:
+        """The last row again once a period has passed since it was published (a hold)."""
+        if self._last is not None and self._last[2] > 0 and time.monotonic() - self._published >= self._last[2]:
+            self._publish(*self._last)
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """While open, a thread publishes the last row again every period: the robot holds and
+        the stream stays alive, e.g. while the monitor is being disarmed (a service call that
+        can take longer than its command watchdog on a loaded host: a stream that stops at its
+        last row before the monitor takes the disarm request is faulted as stalled)."""
+        done = threading.Event()
+
+        def repeat() -> None:
+            while self._last is not None and self._last[2] > 0 and not done.wait(self._last[2]):
+                self._republish_if_due()
+
+        thread = threading.Thread(target=repeat, name="hold-last-row", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=1.0)
+
     def _hold_while_lagging(self, names: Sequence[str], sent: np.ndarray, paced) -> float:
         """Wait while the measured position lags `sent` by more than its pause lead on any
-        joint, at most max_pause_s; returns how long it waited (0: no lag)."""
+        joint, at most max_pause_s, publishing `sent` again every period; returns how long it
+        waited (0: no lag)."""
         began = time.monotonic()
         waited = False
         while time.monotonic() - began < self.max_pause_s:
@@ -153,6 +198,7 @@ class ExcitationPlayer:
             if not waited:
                 self.lagging.update(lagging)
             waited = True
+            self._republish_if_due()
             time.sleep(0.002)
         return time.monotonic() - began if waited else 0.0
 
