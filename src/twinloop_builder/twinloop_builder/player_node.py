@@ -48,10 +48,11 @@ class ExcitationPlayer:
     monitor or workcell that falls behind the stream on a loaded host forwards the queued
     targets in a burst; unpaced, the target then runs ahead of the robot by the whole
     backlog (0.25 rad at 0.5-1 rad/s and 0.3-0.5 s behind) and the monitor's lead check
-    stops the motion. Paced, the backlog is at most `pause_lead` ahead of the robot. While it
-    holds, it publishes the held row again every period: an armed monitor faults a stream
-    that stops for `command_timeout_s` (its command watchdog), and a hold on a loaded host
-    plus a stall of the process would add up to that.
+    stops the motion. Paced, the backlog is at most `pause_lead` ahead of the robot. A hold
+    publishes nothing: the monitor reads each message as one step, and a held row sent again
+    (a step of zero) between two moving ones reads as a stop and a restart within two periods,
+    an acceleration far over its limit. (After the last row, where a trajectory is at rest,
+    `holding()` sends it again while the monitor is disarmed.)
     """
 
     def __init__(self, node: Node, *, command_topic: str = "/twinloop/builder/command",
@@ -159,22 +160,19 @@ class ExcitationPlayer:
                 self.longest_gap_s = max(self.longest_gap_s, now - self._published)
             self._last, self._published = (names, row, period), now
 
-    def _republish_if_due(self) -> None:
-        """The last row again once a period has passed since it was published (a hold)."""
-        if self._last is not None and self._last[2] > 0 and time.monotonic() - self._published >= self._last[2]:
-            self._publish(*self._last)
-
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
         """While open, a thread publishes the last row again every period: the robot holds and
         the stream stays alive, e.g. while the monitor is being disarmed (a service call that
         can take longer than its command watchdog on a loaded host: a stream that stops at its
-        last row before the monitor takes the disarm request is faulted as stalled)."""
+        last row before the monitor takes the disarm request is faulted as stalled). Only for
+        a trajectory that ended at rest (every excitation does): a row sent again is a step of
+        zero, and after a moving row that reads as an acceleration over the monitor's limit."""
         done = threading.Event()
 
         def repeat() -> None:
             while self._last is not None and self._last[2] > 0 and not done.wait(self._last[2]):
-                self._republish_if_due()
+                self._publish(*self._last)
 
         thread = threading.Thread(target=repeat, name="hold-last-row", daemon=True)
         thread.start()
@@ -186,8 +184,7 @@ class ExcitationPlayer:
 
     def _hold_while_lagging(self, names: Sequence[str], sent: np.ndarray, paced) -> float:
         """Wait while the measured position lags `sent` by more than its pause lead on any
-        joint, at most max_pause_s, publishing `sent` again every period; returns how long it
-        waited (0: no lag)."""
+        joint, at most max_pause_s; returns how long it waited (0: no lag)."""
         began = time.monotonic()
         waited = False
         while time.monotonic() - began < self.max_pause_s:
@@ -198,7 +195,6 @@ class ExcitationPlayer:
             if not waited:
                 self.lagging.update(lagging)
             waited = True
-            self._republish_if_due()
             time.sleep(0.002)
         return time.monotonic() - began if waited else 0.0
 
