@@ -80,7 +80,7 @@ class ExcitationPlayer:
         self.pauses_s: list[float] = []  # each hold while the robot lagged, last play()
         self.lagging: Counter[str] = Counter()  # joints that lagged at the start of a hold, last play()
         self.longest_gap_s = 0.0  # longest time between two published rows, last play()
-        self._last: tuple[list[str], np.ndarray, float] | None = None  # (joints, row, period) last published
+        self._last: tuple[list[str], np.ndarray] | None = None  # (joints, row) last published
         self._published = 0.0  # time.monotonic() of the last publish
         self._publish_lock = threading.Lock()
         node.create_subscription(JointState, joint_states_topic,
@@ -126,8 +126,6 @@ class ExcitationPlayer:
         names = list(trajectory.joints)
         paced = [(names.index(j), limit) for j, limit in self.pause_lead.items() if j in names]
         periods = np.diff(trajectory.t, append=trajectory.t[-1])
-        # how often a held row is published again (0, a single row: not at all)
-        step = float(periods[periods > 0].min()) if (periods > 0).any() else 0.0
         self.schedule_shifts_s, self.pauses_s, self.lagging = [], [], Counter()
         self.longest_gap_s = 0.0
         self._last = None
@@ -146,11 +144,11 @@ class ExcitationPlayer:
             elif late > period > 0:
                 due += late  # behind by more than a row: shift the schedule, do not bunch rows
                 self.schedule_shifts_s.append(late)
-            self._publish(names, row, step)
+            self._publish(names, row)
             due += period
         return lead.duration_s if lead is not None else 0.0
 
-    def _publish(self, names: list[str], row: np.ndarray, period: float) -> None:
+    def _publish(self, names: list[str], row: np.ndarray) -> None:
         with self._publish_lock:
             msg = JointState(name=names, position=[float(v) for v in row])
             msg.header.stamp = self.node.get_clock().now().to_msg()
@@ -158,21 +156,26 @@ class ExcitationPlayer:
             now = time.monotonic()
             if self._last is not None:
                 self.longest_gap_s = max(self.longest_gap_s, now - self._published)
-            self._last, self._published = (names, row, period), now
+            self._last, self._published = (names, row), now
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
-        """While open, a thread publishes the last row again every period: the robot holds and
-        the stream stays alive, e.g. while the monitor is being disarmed (a service call that
-        can take longer than its command watchdog on a loaded host: a stream that stops at its
-        last row before the monitor takes the disarm request is faulted as stalled). Only for
-        a trajectory that ended at rest (every excitation does): a row sent again is a step of
-        zero, and after a moving row that reads as an acceleration over the monitor's limit."""
+        """While open, a thread publishes the last row again each time the stream has been
+        silent for max_pause_s: the robot holds and the stream stays alive, e.g. while the
+        monitor is being disarmed (a service call that can take longer than its command
+        watchdog on a loaded host: a stream that stops at its last row before the monitor takes
+        the disarm request is faulted as stalled). A disarm that is answered within max_pause_s
+        sees no row again; one sent after the monitor disarmed is refused there (counted as
+        rejected, nothing moves). Only for a trajectory that ended at rest (every excitation
+        does): a row sent again is a step of zero, and after a moving row that reads as an
+        acceleration over the monitor's limit."""
         done = threading.Event()
 
         def repeat() -> None:
-            while self._last is not None and self._last[2] > 0 and not done.wait(self._last[2]):
-                self._publish(*self._last)
+            while self._last is not None and not done.wait(max(0.0, self._published + self.max_pause_s
+                                                                - time.monotonic())):
+                if time.monotonic() - self._published >= self.max_pause_s:
+                    self._publish(*self._last)
 
         thread = threading.Thread(target=repeat, name="hold-last-row", daemon=True)
         thread.start()
