@@ -349,8 +349,13 @@ def _excite(args) -> int:
                           file=sys.stderr)
             finally:
                 if monitor:
+                    asked = time.monotonic()
                     with player.holding():  # the stream stays alive until the monitor has disarmed
                         monitor.set_armed(False)
+                    if time.monotonic() - asked > joints.max_pause_s:
+                        print(f"{what}: disarming the monitor took {time.monotonic() - asked:.2f} s (the last "
+                              "target was sent again meanwhile: the command watchdog faults a silent stream)",
+                              file=sys.stderr)
             if monitor:
                 monitor.check(what)
             print(f"played {what} ({trajectory.t[-1]:.1f} s)", file=sys.stderr)
