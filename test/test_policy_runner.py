@@ -55,12 +55,20 @@ def test_runner_refuses_a_stale_abort_time_that_is_not_a_positive_time(tmp_path,
 
 
 @pytest.fixture(scope="module")
-def cell(tmp_path_factory):
+def module_cell(tmp_path_factory):
     logs = tmp_path_factory.mktemp("runner")
     cell = EnvelopeCell(logs, {"command_timeout_s": TIMEOUT_S, "joint_state_timeout_s": TIMEOUT_S})
     cell.logs = logs
     yield cell
     cell.close()
+
+
+@pytest.fixture
+def cell(module_cell):
+    """The module's cell; the recorder and runner a test starts are stopped after it, also when
+    it failed (left running, they answered the next test's trials in place of its own)."""
+    yield module_cell
+    module_cell.stop_extra()
 
 
 def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
@@ -126,8 +134,6 @@ def test_runs_n_recorded_trials_through_the_monitor(cell, home, tmp_path):
     # state and the tracking error (a fresh-clone run measured 0.01006 rad): 0.015 rad.
     final = cell.measured()
     assert abs(final["panda_joint1"] - goal[0]) < 0.015 and abs(final["panda_joint2"] - goal[1]) < 0.015
-    runner.stop()
-    recorder.stop()
 
 
 def test_trial_is_not_run_while_the_recorder_lacks_a_required_topic(cell, home, tmp_path):
@@ -153,8 +159,6 @@ def test_trial_is_not_run_while_the_recorder_lacks_a_required_topic(cell, home, 
     if "'/joint_states'" not in error.message:
         assert "/joint_states" in Bag(bag_path).topic_stats
     assert abs(cell.measured()["panda_joint1"] - home[0]) < 0.01
-    runner.stop()
-    recorder.stop()
 
 
 def test_killed_runner_leaves_the_robot_held(cell, home, tmp_path):
@@ -178,4 +182,3 @@ def test_killed_runner_leaves_the_robot_held(cell, home, tmp_path):
     held = dict(zip(hold.name, hold.position))["panda_joint7"]
     assert abs(cell.measured()["panda_joint7"] - held) < 3e-3
     assert held < home[6] + 1.2, "the robot should have stopped well short of the goal"
-    runner.stop()

@@ -173,11 +173,16 @@ class EnvelopeCell:
             ramp.join()
         self.ramps.clear()
 
+    def stop_extra(self) -> None:
+        """Stop the processes a test added (`extra`): after each test, also one that failed,
+        so that none answers the next test in place of its own (a second recorder, runner)."""
+        while self.extra:
+            self.extra.pop().stop()
+
     def close(self) -> None:
         self.stop_ramps()
         self.probe.close()
-        for process in self.extra:
-            process.stop()
+        self.stop_extra()
         self.monitor.stop()
         self.workcell.stop()
 
