@@ -352,8 +352,9 @@ def _excite(args) -> int:
                     asked = time.monotonic()
                     with player.holding():  # the stream stays alive until the monitor has disarmed
                         monitor.set_armed(False)
-                    if time.monotonic() - asked > joints.max_pause_s:
-                        print(f"{what}: disarming the monitor took {time.monotonic() - asked:.2f} s (the last "
+                    took = time.monotonic() - asked
+                    if took > joints.max_pause_s:
+                        print(f"{what}: disarming the monitor took {took:.2f} s (the last "
                               "target was sent again meanwhile: the command watchdog faults a silent stream)",
                               file=sys.stderr)
             if monitor:

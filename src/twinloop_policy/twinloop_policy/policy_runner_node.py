@@ -13,6 +13,7 @@ coroutine) only polls; nothing blocks the executor thread.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -72,7 +73,7 @@ class PolicyRunnerNode(Node):
         self._timer = None
         self._box_subscriptions: dict[str, object] = {}
         self._run: PolicyRun | None = None
-        if not self.p["stale_abort_s"] > 0.0 or self.p["stale_abort_s"] == float("inf"):  # NaN fails the first
+        if not (math.isfinite(self.p["stale_abort_s"]) and self.p["stale_abort_s"] > 0.0):
             raise StartupError(f"stale_abort_s {self.p['stale_abort_s']}: give a finite time > 0 (s; the envelope "
                                "monitor's joint_state_timeout_s, 0.5, is the default)")
         self._closing = False
