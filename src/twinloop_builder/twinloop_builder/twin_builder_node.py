@@ -4,8 +4,9 @@ A goal names the workcell, the parent version, the fit bags and the held-out bag
 node identifies the physics (twinloop_builder.build, pure Python), writes the next twin
 version and answers with its number, the held-out RMSE before and after, and what could
 not be identified. A goal with a scan bag instead builds the next version's geometry
-(twinloop_builder.geometry.from_scan). Feedback carries the stage, a 0..1 progress and a
-message; a cancel request stops the optimizer at its next iteration and writes nothing.
+(twinloop_builder.geometry.from_scan). Feedback carries the stage, the whole build's 0..1
+progress (twinloop_builder.progress) and a message; a cancel request stops the optimizer at
+its next iteration and writes nothing.
 The latest version's measured geometry (scan surface, scanned objects) is published
 latched on `~/geometry_markers` for RViz, at start and after each build. Every
 `status_period_s` the newest version's standing (twinloop_twin.status: current, STALE with
@@ -31,6 +32,7 @@ from twinloop_builder.geometry.from_scan import SCAN_ERRORS, ScanBuildSettings, 
 from twinloop_builder.geometry.markers import geometry_markers
 from twinloop_builder.identification import IdentificationCancelled, IdentificationError, IdentificationSettings
 from twinloop_builder.recording import RecordingError
+from twinloop_builder.progress import BuildProgress
 from twinloop_builder.twin_status import diagnostic, newest_standing, status_marker
 from twinloop_ros.node import StartupError, declare, run_node
 from twinloop_ros.qos import LATCHED, RELIABLE
@@ -124,14 +126,19 @@ class TwinBuilder(Node):
             goal_handle.publish_feedback(BuildTwin.Feedback(stage=stage, progress=float(fraction), message=message))
             self.get_logger().info(message)
 
-        if goal.scan_bag:
+        if goal.scan_bag:  # the scan build's fractions are of the whole build already
             return self.build_geometry(goal_handle, workcell, progress)
+        # The identification's stages report fractions of themselves; feedback carries the
+        # whole build's (twinloop_builder.progress), as `twinloop build` prints it.
+        tracker = BuildProgress()
         with self._busy:
             try:
                 built = build_identified_twin(
                     self.p["twins_root"], workcell, list(goal.fit_bags), list(goal.held_out_bags),
                     parent_version=None if goal.parent_version < 0 else goal.parent_version,
-                    select=list(goal.parameters), settings=self.settings, progress=progress,
+                    select=list(goal.parameters), settings=self.settings, plan=tracker.plan,
+                    progress=lambda stage, fraction, message: progress(stage, tracker.update(stage, fraction).fraction,
+                                                                       message),
                     cancelled=lambda: goal_handle.is_cancel_requested)
             except IdentificationCancelled as error:
                 goal_handle.canceled()
