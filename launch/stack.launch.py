@@ -25,6 +25,7 @@ def generate_launch_description() -> LaunchDescription:
     reset_service = LaunchConfiguration('reset_service')
     simulated = LaunchConfiguration('simulated')
     envelope_file = LaunchConfiguration('envelope_file')
+    tracker_calibration = LaunchConfiguration('tracker_calibration')
     config_dir = PathJoinSubstitution([share_dir, 'config'])
     sim_time = {'use_sim_time': ParameterValue(use_sim_time, value_type=bool)}
 
@@ -49,6 +50,9 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument('envelope_file', default_value=PathJoinSubstitution([share_dir, 'config', 'envelope.yaml']),
                               description="the envelope monitor's parameter file (limits, workspace, keep-out boxes); "
                                           'the policy runner and the calibration server plan within it too'),
+        DeclareLaunchArgument('tracker_calibration', default_value='',
+                              description="an eye-to-hand calibration of the box tracker's camera (twinloop calibrate); "
+                                          'empty: the URDF mount'),
     ]
     envelope_config = ParameterValue(envelope_file, value_type=str)
     overrides = {
@@ -58,6 +62,7 @@ def generate_launch_description() -> LaunchDescription:
             'envelope_config': envelope_config,
         },
         'calibration_server': {'envelope_config': envelope_config},
+        'box_tracker': {'calibration_file': ParameterValue(tracker_calibration, value_type=str)},
         # The twin's predicted robot (replays) as a ghost: the same description the
         # workcell publishes, frames prefixed ghost/.
         'ghost_state_publisher': {

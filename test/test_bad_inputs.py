@@ -580,6 +580,10 @@ def option_runs() -> list[Run]:
                                      None),
         "bringup_envelope_not_an_envelope": (["bringup", "--envelope", "{work}/taken.yaml", "--log-dir",
                                               "{work}/log"], existing_file("taken.yaml")),
+        "bringup_tracker_calibration_missing": (["bringup", "--tracker-calibration", "{work}/nowhere.yaml",
+                                                 "--log-dir", "{work}/log"], None),
+        "bringup_tracker_calibration_not_one": (["bringup", "--tracker-calibration", "{work}/taken.yaml",
+                                                 "--log-dir", "{work}/log"], existing_file("taken.yaml")),
         # --monitor '': accepted by mistake, excite waits for a recorder that is not there and exits 3
         "excite_lead_in_nan": (["build", "excite", "--split", "fit", "--lead-in", "nan", "--monitor", ""], None),
         "excite_lead_in_negative": (["build", "excite", "--split", "fit", "--lead-in", "-1", "--monitor", ""], None),

@@ -1,8 +1,9 @@
 """`make demo`'s main job, `twinloop loop`, in its quick setting on a drawn truth (physics
-never tuned to): identification recordings, the identified twin, two policies trained,
-held-out trials of each scored against the identified twin, the comparison, fit-split
-trials and the correction; then the same run resumed (nothing run again) and resumed after
-its last stages were lost.
+never tuned to): the static camera calibrated (the box tracker places it by that from then
+on), identification recordings, the identified twin, two policies trained, held-out
+trials of each scored against the identified twin, the comparison, fit-split trials and
+the correction; then the same run resumed (nothing run again) and resumed after its last
+stages were lost.
 
 Checked against what the emulated cell knows and the loop may not read: the tracker-judged
 outcome and end pose of every trial against the box's ground truth in the trial bags; the
@@ -66,10 +67,29 @@ def test_quick_loop_on_drawn_physics(tmp_path):
         assert staleness["stale"] is False, staleness
         assert (run_dir / "validation" / policy / "report.html").is_file()
     assert "MMRV" in done.stdout
+    _calibration(run_dir)
     _fixture(run_dir, done.stdout)
     _correction(run_dir, done.stdout)
     _run_report(run_dir, done.stdout)
     _resume(tmp_path, run_dir, done.stdout)
+
+
+def _calibration(run_dir: Path) -> None:
+    """The static camera calibrated first, against where the emulated cell has it (its URDF
+    mount: tolerances of test_calibration_server.py); every bring-up after it had the box
+    tracker place the camera by that file, the first (before it existed) by the mount."""
+    body = json.loads((run_dir / "report.json").read_text())
+    [calibration] = body["calibrations"]
+    print("calibration", calibration)
+    assert calibration["camera"] == "static_camera" and calibration["setup"] == "eye_to_hand"
+    assert calibration["views_used"] >= 5 and calibration["held_out_rms_px"] < 1.0
+    assert calibration["from_urdf_mount"]["translation_mm"] < 1.5 and calibration["from_urdf_mount"]["rotation_deg"] < 0.1
+    path = run_dir / "calibration" / "emulated" / "static_camera.yaml"
+    trackers = sorted((run_dir / "log").glob("bringup*/box_tracker.log"), key=lambda p: int(p.parent.name[7:]))
+    assert len(trackers) >= 3, trackers
+    assert "camera pose from the URDF mount" in trackers[0].read_text()
+    for log in trackers[1:]:
+        assert f"camera pose from {path}" in log.read_text(), log
 
 
 def _fixture(run_dir: Path, stdout: str) -> None:

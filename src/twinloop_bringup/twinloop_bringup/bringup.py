@@ -4,6 +4,7 @@
     twinloop bringup --without policy_runner calibration_server
     twinloop bringup --no-workcell        # a robot driver provides the hardware contract
     twinloop bringup --envelope my_envelope.yaml   # the monitor's limits, workspace and keep-out boxes
+    twinloop bringup --tracker-calibration calibration/emulated/static_camera.yaml
 
 Not a launch system, but the same node set as `launch/emulated.launch.py`
 (`twinloop_bringup.node_set`), each node in a process of its own with the parameter files
@@ -31,10 +32,11 @@ EXIT_NODE_DIED = 3
 
 
 def node_process(node: StackNode, domain_id: int, config_dir: Path, log_dir: Path,
-                 envelope: Path | None = None) -> NodeProcess:
+                 envelope: Path | None = None, tracker_calibration: Path | None = None) -> NodeProcess:
     """Start one node of the stack as `ros2 launch` would: its name, parameter file, overrides,
     remaps. `envelope`: the monitor's parameter file instead of config/envelope.yaml (and the
-    `envelope_config` of the nodes that plan within it)."""
+    `envelope_config` of the nodes that plan within it). `tracker_calibration`: the box
+    tracker's camera pose from this eye-to-hand calibration instead of the URDF mount."""
     extra = ["-r", f"__node:={node.name}"]
     if node.params_file:
         params_file = envelope if envelope is not None and node.params_file == "envelope.yaml" else \
@@ -45,6 +47,8 @@ def node_process(node: StackNode, domain_id: int, config_dir: Path, log_dir: Pat
     parameters = {**node.parameters, **node.fallback_parameters}
     if envelope is not None and node.name in ENVELOPE_READERS:
         parameters["envelope_config"] = str(envelope)
+    if tracker_calibration is not None and node.name == "box_tracker":
+        parameters["calibration_file"] = str(tracker_calibration)
     return NodeProcess(node.module, domain_id, parameters, log_path=log_dir / f"{node.name}.log", extra_args=extra)
 
 
@@ -60,6 +64,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--envelope", default="", metavar="FILE",
                         help="the envelope monitor's parameter file (default config/envelope.yaml); the policy "
                         "runner's resets and the calibration server's poses are planned within it too")
+    parser.add_argument("--tracker-calibration", default="", metavar="FILE",
+                        help="an eye-to-hand calibration of the box tracker's camera (written by `twinloop calibrate "
+                        "--live`): the tracker places the camera by it (default: the URDF mount)")
     parser.set_defaults(handler=run)
     return parser
 
@@ -86,6 +93,15 @@ def run(args: argparse.Namespace) -> int:
             hint = "" if "config/envelope.yaml" in str(error) else "; give a file like config/envelope.yaml"
             print(f"twinloop bringup: --envelope {args.envelope}: {error}{hint}", file=sys.stderr)
             return EXIT_BAD_ARGUMENTS
+    tracker_calibration = Path(args.tracker_calibration).resolve() if args.tracker_calibration else None
+    if tracker_calibration is not None:
+        from twinloop_calibration.calibration_io import CalibrationFileError, read_camera_mount
+
+        try:
+            read_camera_mount(tracker_calibration, "eye_to_hand")
+        except CalibrationFileError as error:
+            print(f"twinloop bringup: --tracker-calibration: {error}", file=sys.stderr)
+            return EXIT_BAD_ARGUMENTS
     config_dir = default_config_dir()
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                 extra_args=["--params-file", str(config_dir / "emulated_workcell.yaml")])))
             print(f"[bringup] emulated_workcell started (log: {log_dir / 'emulated_workcell.log'})", flush=True)
         for node in nodes:
-            started.append((node.name, node_process(node, domain, config_dir, log_dir, envelope)))
+            started.append((node.name, node_process(node, domain, config_dir, log_dir, envelope, tracker_calibration)))
             print(f"[bringup] {node.name} started (log: {log_dir / (node.name + '.log')})", flush=True)
         print(f"[bringup] {len(started)} nodes running on ROS domain {domain}, one process each; "
               "Ctrl-C stops them", flush=True)

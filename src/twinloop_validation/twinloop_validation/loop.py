@@ -9,9 +9,13 @@ twins/, bags/, policies, validation/, log/):
 1. the nominal twin v0 (`twinloop twin build-nominal`);
 2. with the node set of `twinloop bringup` running on a private, localhost-only ROS domain
    (the emulated workcell with its hidden physics `--truth-file`, or a robot driver with
-   `--no-workcell`): identification recordings through the envelope monitor, a joint
-   excitation (fit), another (held-out, other seed), the box's pushes and lift (fit)
-   (`twinloop build excite`); then the node set is stopped;
+   `--no-workcell`): the static camera calibrated to the robot (`twinloop calibrate --live
+   --camera static_camera`: views planned and moved to through the envelope monitor); the
+   node set is started again with the box tracker placing the camera by that calibration
+   (`twinloop bringup --tracker-calibration`), as it stays for the rest of the run; then
+   identification recordings through the envelope monitor, a joint excitation (fit),
+   another (held-out, other seed), the box's pushes and lift (fit) (`twinloop build
+   excite`); then the node set is stopped;
 3. the identified twin v1 (`twinloop build build`: physics with uncertainty);
 4. a carry policy per variation mode (`twinloop policy train`): by default `nominal`
    (trained in v0) and `posterior` (in v1, from its uncertainty); `wide` (v1, hand-set
@@ -31,7 +35,8 @@ twins/, bags/, policies, validation/, log/):
    from where the arm is, checked with the monitor's code and streamed through the
    monitor, which enforces the fixture (the straight move between the two faults on it);
 9. the run's page (`twinloop validate report .`): report.html and report.json in the run
-   folder, read back from its twin versions, rounds and bags. The loop prints where it is.
+   folder, read back from its calibration, twin versions, rounds and bags. The loop prints
+   where it is.
 
 The node set is down while identification and training run: on a small host its cameras
 and tracker would take the cores those need (here an identification that takes 123 s alone
@@ -71,6 +76,7 @@ from pathlib import Path
 TWINLOOP = str(Path(sys.executable).parent / "twinloop")
 EXIT_BAD_INPUT, EXIT_NOT_UP, EXIT_FAILED, EXIT_CANCELED = 2, 3, 4, 130
 MODES = ("nominal", "posterior", "wide", "oracle")
+TRACKER_CAMERA = "static_camera"  # the box tracker's camera (config/box_tracker.yaml), calibrated first
 QUICK = {"fit_s": 8, "held_out_s": 5, "training": "--contexts 2 --draws 4 --iterations 2 --episodes 16", "trials": 2,
          "fit_trials": 1}
 FULL = {"fit_s": 15, "held_out_s": 8, "training": "", "trials": 10, "fit_trials": 2}
@@ -243,6 +249,7 @@ class NodeSet:
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self.envelope: Path | None = None  # the monitor's parameter file for the next start (None: the shipped one)
+        self.tracker_calibration: Path | None = None  # the box tracker's camera calibration (None: the URDF mount)
 
     @property
     def running(self) -> bool:
@@ -255,9 +262,11 @@ class NodeSet:
             return
         self.starts += 1
         log = open(self.run_dir / "log" / f"bringup{self.starts}.log", "w")
-        envelope = ["--envelope", str(self.envelope)] if self.envelope is not None else []
+        options = ["--envelope", str(self.envelope)] if self.envelope is not None else []
+        if self.tracker_calibration is not None:
+            options += ["--tracker-calibration", str(self.tracker_calibration)]
         self.process = subprocess.Popen([TWINLOOP, "bringup", "--log-dir", f"log/bringup{self.starts}",
-                                         *self.arguments, *envelope], cwd=self.run_dir, env=self.env, stdout=log,
+                                         *self.arguments, *options], cwd=self.run_dir, env=self.env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout_s
@@ -289,6 +298,10 @@ class NodeSet:
 
 def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: Path) -> None:
     loop.stage("twinloop twin build-nominal")
+    calibration = _written(loop.recording(f"twinloop calibrate --live --camera {TRACKER_CAMERA}"), loop.run_dir)
+    if cell.tracker_calibration != calibration:
+        cell.stop()  # started again for the next stage, the tracker placing the camera by the calibration
+        cell.tracker_calibration = calibration
     fit = _bag(loop.recording(f"twinloop build excite --kind joints --split fit --duration {setting['fit_s']}"))
     held_out = _bag(loop.recording(f"twinloop build excite --kind joints --split held_out --seed 7 "
                                    f"--duration {setting['held_out_s']}"))
@@ -381,6 +394,15 @@ def _fixture_moves(loop: Loop, cell: NodeSet) -> list[tuple[str, str]]:
         cell.stop()
         cell.envelope = None
     return moves
+
+
+def _written(stdout: str, run_dir: Path) -> Path:
+    """The calibration file `twinloop calibrate --live` wrote: its line `written: PATH` (a
+    relative path is the calibration server's, whose working folder is the run folder)."""
+    lines = [line.split(":", 1)[1].strip() for line in stdout.splitlines() if line.startswith("written:")]
+    if not lines:
+        raise StageFailed("`twinloop calibrate` said no `written:` file; its output is in log/stages.log")
+    return run_dir / lines[-1]  # an absolute path stays as it is
 
 
 def _trial_bags(stdout: str) -> list[str]:

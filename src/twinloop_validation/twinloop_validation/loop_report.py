@@ -4,6 +4,9 @@ number) and report.html (plotly, plotly.js embedded: it opens with no network).
     twinloop validate report RUN_DIR      # writes RUN_DIR/report.json and RUN_DIR/report.html
 
 What it reads, and nothing else (no number is recomputed from a model):
+- the calibration files under calibration/<workcell>/ (`twinloop calibrate`): camera,
+  setup, 1-sigma uncertainty, reprojection and held-out residuals, views used, and how far
+  the calibrated pose lies from the camera's mount in the workcell description;
 - the twin versions under twins/<workcell>/: provenance (what made each, its parent, why),
   every parameter as mean ± std with its identifiable flag, each version's standing
   (twinloop_twin.status);
@@ -86,8 +89,50 @@ def collect(run_dir: Path, workcell: str = "emulated") -> dict:
                                                   if isinstance(v, dict) and v.get("dropped_estimate")}})
         except BagError as error:
             bags.append({"name": path.name, "error": str(error)})
-    return {"run": str(run_dir), "workcell": workcell, "twins": twins, "rounds": rounds, "agreement": agreement,
-            "bags": bags}
+    return {"run": str(run_dir), "workcell": workcell, "calibrations": _calibrations(run_dir / "calibration" / workcell),
+            "twins": twins, "rounds": rounds, "agreement": agreement, "bags": bags}
+
+
+def _calibrations(folder: Path) -> list[dict]:
+    """Each calibration file's figures, and the calibrated pose against the URDF mount."""
+    import yaml
+
+    from twinloop_calibration.calibration_io import CalibrationFileError, read_camera_mount
+    from twinloop_twin.kinematics import UrdfTransforms
+    from twinloop_twin.workcell import load_workcell
+
+    found = []
+    workcell = kinematics = None
+    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+        try:
+            document = yaml.safe_load(path.read_text())
+            setup = str(document["setup"])
+            parent, parent_T_camera = read_camera_mount(path, setup)
+        except CalibrationFileError as error:
+            found.append({"file": path.name, "error": " ".join(str(error).split())})
+            continue
+        except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
+            found.append({"file": path.name, "error": f"not a calibration file of `twinloop calibrate` "
+                          f"({type(error).__name__}: {error})"})
+            continue
+        entry = {"file": path.name, "camera": document.get("camera", ""), "setup": setup,
+                 **{k: document.get(k) for k in ("std_1sigma", "reprojection_rms_px", "held_out_rms_px", "views_used")}}
+        if setup == "eye_to_hand":  # a static camera: its mount in the description is a fixed pose
+            if workcell is None:
+                workcell = load_workcell()
+                kinematics = UrdfTransforms(workcell.urdf_xml)
+            try:
+                camera = workcell.cameras[entry["camera"]].color_optical_frame
+                mount = np.linalg.inv(kinematics.world_T_link(parent, {})) @ kinematics.world_T_link(camera, {})
+            except KeyError:  # a camera or frame the description does not have: no mount to compare with
+                mount = None
+            if mount is not None:
+                difference = np.linalg.inv(mount) @ parent_T_camera
+                angle = math.degrees(math.acos(max(-1.0, min(1.0, (np.trace(difference[:3, :3]) - 1.0) / 2.0))))
+                entry["from_urdf_mount"] = {"translation_mm": round(float(np.linalg.norm(difference[:3, 3])) * 1e3, 3),
+                                            "rotation_deg": round(angle, 4)}
+        found.append(entry)
+    return found
 
 
 def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, Path]:
@@ -133,6 +178,15 @@ def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, 
                              "interval)", barmode="group", yaxis_range=[0, 1.05], height=450)
         figures.append(figure)
 
+    calibrations = "".join(
+        f"<tr><td>{html.escape(c['file'])}</td><td>{html.escape(str(c.get('camera', '')))}</td>"
+        f"<td>{html.escape(str(c.get('setup', '')))}</td>" + (
+            f"<td colspan='4'>{html.escape(c['error'])}</td>" if "error" in c else
+            f"<td>{c['views_used']}</td><td>{c['reprojection_rms_px']} / {c['held_out_rms_px']}</td>"
+            f"<td>{c['std_1sigma']['translation_mm']} mm, {c['std_1sigma']['rotation_deg']} deg</td>"
+            + (f"<td>{c['from_urdf_mount']['translation_mm']} mm, {c['from_urdf_mount']['rotation_deg']} deg</td>"
+               if "from_urdf_mount" in c else "<td>-</td>")) + "</tr>"
+        for c in body["calibrations"])
     lineage = "".join(
         f"<tr><td>v{t['version']}</td><td>{html.escape(t['created_by'])}</td>"
         f"<td>{'-' if t['parent'] is None else 'v' + str(t['parent'])}</td>"
@@ -158,6 +212,9 @@ def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, 
             "table{border-collapse:collapse;margin-bottom:1.5em}td,th{border:1px solid #999;padding:3px 8px}"
             "</style></head><body>"
             f"<h1>The loop in {html.escape(str(run_dir))}</h1>"
+            "<h2>Camera calibration</h2><table><tr><th>file</th><th>camera</th><th>setup</th><th>views</th>"
+            "<th>reprojection / held-out RMS (px)</th><th>uncertainty (1 sigma)</th><th>from the URDF mount</th></tr>"
+            f"{calibrations or '<tr><td colspan=7>no calibration in this run</td></tr>'}</table>"
             "<h2>Twin versions (lineage)</h2><table><tr><th>version</th><th>made by</th><th>parent</th>"
             f"<th>standing</th><th>why</th></tr>{lineage}</table>"
             "<h2>Validation rounds</h2><table><tr><th>round</th><th>policy</th><th>twin</th><th>real success</th>"
@@ -168,8 +225,8 @@ def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, 
             f"{plots}"
             "<h2>Recordings</h2><table><tr><th>bag</th><th>split</th><th>purpose</th><th>messages</th>"
             f"<th>recorder's drop estimate</th></tr>{bags}</table>"
-            "<p>Every number from report.json beside this page, read from the run's twin versions, validation "
-            "rounds and bags.</p></body></html>")
+            "<p>Every number from report.json beside this page, read from the run's calibration, twin versions, "
+            "validation rounds and bags.</p></body></html>")
     (run_dir / "report.html").write_text(page)
     return run_dir / "report.json", run_dir / "report.html"
 
