@@ -6,6 +6,8 @@ twinloop_ros.clients, and their failures become `PlayerError`s that say what to 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import sys
 import threading
 import time
 from collections import Counter
@@ -26,6 +28,13 @@ from twinloop_builder.excitation import JointTrajectory, approach
 
 # What an identification bag cannot do without, from its first message on.
 REQUIRED_TOPICS = ("/joint_states", "/joint_command")
+# A play that published no row for STALL_REPORT_S (less up to REARM_S) prints every
+# thread's stack on stderr (Python's faulthandler, from a thread of its own that needs no
+# GIL): the player's stream has paused 0.4-0.7 s on a loaded host for reasons not yet
+# known, near the envelope monitor's command watchdog (1.0 s in config/envelope.yaml); the
+# stacks say where the process stood. Re-armed every REARM_S, not per row: arming costs
+# ~0.2 ms (a new watchdog thread).
+STALL_REPORT_S, REARM_S = 0.8, 0.1
 
 
 class PlayerError(RuntimeError):
@@ -129,23 +138,30 @@ class ExcitationPlayer:
         self.schedule_shifts_s, self.pauses_s, self.lagging = [], [], Counter()
         self.longest_gap_s = 0.0
         self._last = None
-        due = time.monotonic()
-        for row, period in zip(trajectory.positions, periods):
-            if stop():
-                break
-            if self._last is not None and paced:
-                held = self._hold_while_lagging(names, self._last[1], paced)
-                if held > 0:
-                    self.pauses_s.append(held)
-                    due = max(due, time.monotonic())
-            late = time.monotonic() - due
-            if late < 0:
-                time.sleep(-late)
-            elif late > period > 0:
-                due += late  # behind by more than a row: shift the schedule, do not bunch rows
-                self.schedule_shifts_s.append(late)
-            self._publish(names, row)
-            due += period
+        due = armed = time.monotonic()
+        faulthandler.dump_traceback_later(STALL_REPORT_S, file=sys.stderr)
+        try:
+            for row, period in zip(trajectory.positions, periods):
+                if stop():
+                    break
+                if self._last is not None and paced:
+                    held = self._hold_while_lagging(names, self._last[1], paced)
+                    if held > 0:
+                        self.pauses_s.append(held)
+                        due = max(due, time.monotonic())
+                late = time.monotonic() - due
+                if late < 0:
+                    time.sleep(-late)
+                elif late > period > 0:
+                    due += late  # behind by more than a row: shift the schedule, do not bunch rows
+                    self.schedule_shifts_s.append(late)
+                self._publish(names, row)
+                if self._published - armed >= REARM_S:
+                    faulthandler.dump_traceback_later(STALL_REPORT_S, file=sys.stderr)
+                    armed = self._published
+                due += period
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         return lead.duration_s if lead is not None else 0.0
 
     def _publish(self, names: list[str], row: np.ndarray) -> None:
