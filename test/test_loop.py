@@ -75,15 +75,20 @@ def test_quick_loop_on_drawn_physics(tmp_path):
 
 
 def _calibration(run_dir: Path) -> None:
-    """The static camera calibrated first, against where the emulated cell has it (its URDF
-    mount: tolerances of test_calibration_server.py); every bring-up after it had the box
-    tracker place the camera by that file, the first (before it existed) by the mount."""
+    """The static camera calibrated first (the wrist camera, seeing the same target, with it),
+    against where the emulated cell has them (their URDF mounts: tolerances of
+    test_calibration_server.py); every bring-up after it had the box tracker place the
+    camera by that file, the first (before it existed) by the mount."""
     body = json.loads((run_dir / "report.json").read_text())
-    [calibration] = body["calibrations"]
-    print("calibration", calibration)
-    assert calibration["camera"] == "static_camera" and calibration["setup"] == "eye_to_hand"
-    assert calibration["views_used"] >= 5 and calibration["held_out_rms_px"] < 1.0
-    assert calibration["from_urdf_mount"]["translation_mm"] < 1.5 and calibration["from_urdf_mount"]["rotation_deg"] < 0.1
+    calibrations = {c["camera"]: c for c in body["calibrations"]}
+    print("calibration", calibrations)
+    assert sorted(calibrations) == ["static_camera", "wrist_camera"]
+    assert calibrations["static_camera"]["setup"] == "eye_to_hand"
+    for camera, (mm, deg) in (("static_camera", (1.5, 0.1)), ("wrist_camera", (0.5, 0.1))):
+        calibration = calibrations[camera]
+        assert calibration["views_used"] >= 5 and calibration["held_out_rms_px"] < 1.0, calibration
+        assert calibration["from_urdf_mount"]["translation_mm"] < mm, calibration
+        assert calibration["from_urdf_mount"]["rotation_deg"] < deg, calibration
     path = run_dir / "calibration" / "emulated" / "static_camera.yaml"
     trackers = sorted((run_dir / "log").glob("bringup*/box_tracker.log"), key=lambda p: int(p.parent.name[7:]))
     assert len(trackers) >= 3, trackers

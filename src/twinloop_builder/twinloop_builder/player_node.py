@@ -28,13 +28,13 @@ from twinloop_builder.excitation import JointTrajectory, approach
 
 # What an identification bag cannot do without, from its first message on.
 REQUIRED_TOPICS = ("/joint_states", "/joint_command")
-# A play that published no row for STALL_REPORT_S (less up to REARM_S) prints every
-# thread's stack on stderr (Python's faulthandler, from a thread of its own that needs no
-# GIL): the player's stream has paused 0.4-0.7 s on a loaded host for reasons not yet
-# known, near the envelope monitor's command watchdog (1.0 s in config/envelope.yaml); the
-# stacks say where the process stood. Re-armed every REARM_S, not per row: arming costs
-# ~0.2 ms (a new watchdog thread).
-STALL_REPORT_S, REARM_S = 0.8, 0.1
+# A play that has published no row for STALL_REPORT_S prints every thread's stack on
+# stderr, once per pause (a watcher thread, faulthandler.dump_traceback): the player's
+# stream has paused 0.4-0.7 s on a loaded host for reasons not yet known, near the envelope
+# monitor's command watchdog (1.0 s in config/envelope.yaml); the stacks say where the
+# process stood. (faulthandler.dump_traceback_later re-armed per row would need no GIL, but
+# each re-arm joins and starts a thread on the publishing path: ~0.2 ms here, more under load.)
+STALL_REPORT_S, STALL_CHECK_S = 0.8, 0.05
 
 
 class PlayerError(RuntimeError):
@@ -138,8 +138,11 @@ class ExcitationPlayer:
         self.schedule_shifts_s, self.pauses_s, self.lagging = [], [], Counter()
         self.longest_gap_s = 0.0
         self._last = None
-        due = armed = time.monotonic()
-        faulthandler.dump_traceback_later(STALL_REPORT_S, file=sys.stderr)
+        due = time.monotonic()
+        playing = threading.Event()
+        playing.set()
+        watcher = threading.Thread(target=self._report_stalls, args=(playing,), name="stall_report", daemon=True)
+        watcher.start()
         try:
             for row, period in zip(trajectory.positions, periods):
                 if stop():
@@ -156,13 +159,23 @@ class ExcitationPlayer:
                     due += late  # behind by more than a row: shift the schedule, do not bunch rows
                     self.schedule_shifts_s.append(late)
                 self._publish(names, row)
-                if self._published - armed >= REARM_S:
-                    faulthandler.dump_traceback_later(STALL_REPORT_S, file=sys.stderr)
-                    armed = self._published
                 due += period
         finally:
-            faulthandler.cancel_dump_traceback_later()
+            playing.clear()
+            watcher.join()
         return lead.duration_s if lead is not None else 0.0
+
+    def _report_stalls(self, playing: threading.Event) -> None:
+        reported = started = time.monotonic()
+        while playing.is_set():
+            time.sleep(STALL_CHECK_S)
+            last = max(self._published, started)
+            silent = time.monotonic() - last
+            if silent >= STALL_REPORT_S and reported < last and playing.is_set():
+                reported = last
+                print(f"excitation player: no command published for {silent:.2f} s mid-play; every thread's stack:",
+                      file=sys.stderr, flush=True)
+                faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
 
     def _publish(self, names: list[str], row: np.ndarray) -> None:
         with self._publish_lock:

@@ -94,7 +94,9 @@ def collect(run_dir: Path, workcell: str = "emulated") -> dict:
 
 
 def _calibrations(folder: Path) -> list[dict]:
-    """Each calibration file's figures, and the calibrated pose against the URDF mount."""
+    """Each calibration file's figures, and the calibrated pose against the camera's mount in
+    the workcell description (its pose in the file's parent frame: the robot's base for a
+    static camera, the link it rides on for a wrist camera; fixed either way)."""
     import yaml
 
     from twinloop_calibration.calibration_io import CalibrationFileError, read_camera_mount
@@ -117,20 +119,19 @@ def _calibrations(folder: Path) -> list[dict]:
             continue
         entry = {"file": path.name, "camera": document.get("camera", ""), "setup": setup,
                  **{k: document.get(k) for k in ("std_1sigma", "reprojection_rms_px", "held_out_rms_px", "views_used")}}
-        if setup == "eye_to_hand":  # a static camera: its mount in the description is a fixed pose
-            if workcell is None:
-                workcell = load_workcell()
-                kinematics = UrdfTransforms(workcell.urdf_xml)
-            try:
-                camera = workcell.cameras[entry["camera"]].color_optical_frame
-                mount = np.linalg.inv(kinematics.world_T_link(parent, {})) @ kinematics.world_T_link(camera, {})
-            except KeyError:  # a camera or frame the description does not have: no mount to compare with
-                mount = None
-            if mount is not None:
-                difference = np.linalg.inv(mount) @ parent_T_camera
-                angle = math.degrees(math.acos(max(-1.0, min(1.0, (np.trace(difference[:3, :3]) - 1.0) / 2.0))))
-                entry["from_urdf_mount"] = {"translation_mm": round(float(np.linalg.norm(difference[:3, 3])) * 1e3, 3),
-                                            "rotation_deg": round(angle, 4)}
+        if workcell is None:
+            workcell = load_workcell()
+            kinematics = UrdfTransforms(workcell.urdf_xml)
+        try:
+            camera = workcell.cameras[entry["camera"]].color_optical_frame
+            mount = np.linalg.inv(kinematics.world_T_link(parent, {})) @ kinematics.world_T_link(camera, {})
+        except KeyError:  # a camera or frame the description does not have: nothing to compare with
+            mount = None
+        if mount is not None:
+            difference = np.linalg.inv(mount) @ parent_T_camera
+            angle = math.degrees(math.acos(max(-1.0, min(1.0, (np.trace(difference[:3, :3]) - 1.0) / 2.0))))
+            entry["from_urdf_mount"] = {"translation_mm": round(float(np.linalg.norm(difference[:3, 3])) * 1e3, 3),
+                                        "rotation_deg": round(angle, 4)}
         found.append(entry)
     return found
 
