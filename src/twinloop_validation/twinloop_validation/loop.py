@@ -10,7 +10,8 @@ twins/, bags/, policies, validation/, log/):
 2. with the node set of `twinloop bringup` running on a private, localhost-only ROS domain
    (the emulated workcell with its hidden physics `--truth-file`, or a robot driver with
    `--no-workcell`): the static camera calibrated to the robot (`twinloop calibrate --live
-   --camera static_camera`: views planned and moved to through the envelope monitor); the
+   --camera static_camera`: views planned and moved to through the envelope monitor; the
+   wrist camera, seeing the same target, is calibrated with it); the
    node set is started again with the box tracker placing the camera by that calibration
    (`twinloop bringup --tracker-calibration`), as it stays for the rest of the run; then
    identification recordings through the envelope monitor, a joint excitation (fit),
@@ -46,7 +47,7 @@ Each stage is the `twinloop` command the README shows, run as a subprocess in th
 folder: its progress lines (stderr) appear as it runs, its results (stdout) when it ends
 and in log/stages.log; the run stops at the first stage that fails, saying which.
 `--quick` uses short recordings (8 s fit, 5 s held-out), the short training setting, 2
-held-out trials and 1 fit trial per policy (about 6 minutes here; the tests run it); the
+held-out trials and 1 fit trial per policy (about 9 minutes here; the tests run it); the
 default 15 s and 8 s, the task file's training setting, `--trials` (10) held-out trials
 and 2 fit trials per policy.
 
