@@ -65,8 +65,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="the envelope monitor's parameter file (default config/envelope.yaml); the policy "
                         "runner's resets and the calibration server's poses are planned within it too")
     parser.add_argument("--tracker-calibration", default="", metavar="FILE",
-                        help="an eye-to-hand calibration of the box tracker's camera (written by `twinloop calibrate "
-                        "--live`): the tracker places the camera by it (default: the URDF mount)")
+                        help="an eye-to-hand calibration of the box tracker's camera (written by `twinloop calibrate`): "
+                        "the tracker places the camera by it (default: the URDF mount)")
     parser.set_defaults(handler=run)
     return parser
 

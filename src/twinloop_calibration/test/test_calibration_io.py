@@ -28,8 +28,12 @@ def test_a_calibration_gives_its_parent_frame_and_transform(tmp_path):
     (lambda p: _write(p, translation=(0.0, float("nan"), 0.0)), "finite translation_m"),
     (lambda p: p.write_text("transform: [1, 2]\n") and p, "not a readable calibration file"),
     (lambda p: p, "not a readable calibration file"),  # no file
+    (lambda p: p.write_text("a: 1\n") and p, r"not a readable calibration file \(no key 'transform'\)"),
+    (lambda p: (p.write_text(""), p)[1], r"\(empty, or not a mapping of keys\)"),
+    (lambda p: p.write_text("a: [1\n") and p, r"\(while parsing a flow sequence\); write one"),  # one line
 ])
 def test_a_file_that_cannot_be_used_is_refused_saying_why(tmp_path, write, expected):
     path = write(tmp_path / "calibration.yaml")
-    with pytest.raises(CalibrationFileError, match=expected):
+    with pytest.raises(CalibrationFileError, match=expected) as refused:
         read_camera_mount(path, "eye_in_hand")
+    assert "\n" not in str(refused.value)

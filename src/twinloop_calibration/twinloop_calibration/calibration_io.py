@@ -114,11 +114,16 @@ def read_camera_mount(path: Path | str, setup: str) -> tuple[str, np.ndarray]:
     path = Path(path)
     try:
         document = yaml.safe_load(path.read_text())
+        if not isinstance(document, dict):
+            raise TypeError("empty, or not a mapping of keys")
         transform, parent, found = document["transform"], str(document["parent_frame"]), document["setup"]
         translation = np.array(transform["translation_m"], dtype=float)
         quaternion = np.array(transform["quaternion_xyzw"], dtype=float)
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as error:
-        raise CalibrationFileError(f"{path}: not a readable calibration file ({error}); write one with "
+        why = (f"no key {error}" if isinstance(error, KeyError) else
+               str(error).strip().splitlines()[0] if isinstance(error, yaml.YAMLError) and str(error).strip() else
+               str(error))  # a YAML error spans several lines: its first says what
+        raise CalibrationFileError(f"{path}: not a readable calibration file ({why}); write one with "
                                    "`twinloop calibrate`") from error
     if found != setup:
         raise CalibrationFileError(f"{path}: a {found} calibration; this camera needs an {setup} one")
