@@ -32,8 +32,8 @@ class SimulatedLiveCell:
     monitor's core (config/envelope.yaml's limits for the arm; `acceleration` overrides)."""
 
     def __init__(self, workcell, kinematics, acceleration=(7.5, 3.75, 5.0, 6.25, 7.5, 10.0, 10.0), *,
-                 seed: int = 3) -> None:
-        physics = load_physics(default_config_dir() / "emulated_truth.yaml")
+                 seed: int = 3, physics=None) -> None:
+        physics = physics or load_physics(default_config_dir() / "emulated_truth.yaml")
         self.sim = WorkcellSimulation(workcell, physics, seed=seed)
         self.rig = CameraRig(self.sim.model, workcell.cameras, physics.noise, seed=seed)
         limits = build_limits(
@@ -198,6 +198,33 @@ def test_static_camera_covariance_covers_its_error(seed, tmp_path, workcell, kin
     # and not bought with a uselessly wide one: the error is a sizeable fraction of it
     assert np.linalg.norm(d[:3]) > 0.25 * std_t and std_t < 1.5e-3
     assert solved.views_used >= 8 and solved.extra["covariance_model"].endswith("_averaged_fixed_view")
+
+
+def test_a_static_camera_off_its_mount_is_calibrated_where_it_is(tmp_path, workcell, kinematics, detector):
+    """The truth's static camera 1.9 cm and 1.7 deg from where the description mounts it
+    (unmodelled.camera_offsets, as a bumped camera): the calibration finds where it is, to
+    the tolerances of an unmoved one, and says how far that is from the description."""
+    import dataclasses
+
+    from twinloop_twin.physics import CameraOffset, UnmodelledEffects
+    from twinloop_twin.scene import camera_offset_transform
+
+    offset = CameraOffset("static_camera", (0.012, -0.010, 0.011), (0.9, -1.2, 0.7))
+    truth = load_physics(default_config_dir() / "emulated_truth.yaml")
+    truth = dataclasses.replace(truth, unmodelled=UnmodelledEffects(camera_offsets=(offset,)))
+    cell = SimulatedLiveCell(workcell, kinematics, seed=21, physics=truth)
+    settings = CalibrationSettings(calibration_root=str(tmp_path), num_views=12, folds=5, bootstrap=0, seed=21)
+    outcome = WorkcellCalibration(workcell, detector, settings).calibrate(
+        CalibrationRequest("live", "static_camera", "eye_to_hand"), cell=cell, camera_info=camera_info(workcell))
+    mount = kinematics.world_T_link("static_camera_color_optical_frame", workcell.home_joint_positions)
+    where = mount @ camera_offset_transform(offset)
+    error_m, error_rad = se3.errors(outcome.solved.transform, where)
+    moved_m, moved_rad = se3.errors(outcome.solved.transform, mount)
+    print(f"{error_m * 1e3:.2f} mm / {math.degrees(error_rad):.3f} deg from where the camera is; "
+          f"{moved_m * 1e3:.1f} mm / {math.degrees(moved_rad):.2f} deg from its described mount")
+    # an unmoved camera's tolerances in the quick loop (static: 1.5 mm / 0.1 deg)
+    assert error_m < 1.5e-3 and math.degrees(error_rad) < 0.1
+    assert moved_m > 0.015 and math.degrees(moved_rad) > 1.0
 
 
 def test_a_monitor_fault_ends_the_run_with_its_reason(tmp_path, workcell, kinematics, detector):

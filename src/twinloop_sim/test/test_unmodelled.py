@@ -11,7 +11,7 @@ import pytest
 
 from twinloop_sim.workcell_sim import NO_NOISE, WorkcellSimulation
 from twinloop_twin.nominal import default_config_dir, load_physics, load_workcell
-from twinloop_twin.physics import (Backlash, Payload, PhysicsConfigError, Stribeck, UnmodelledEffects,
+from twinloop_twin.physics import (Backlash, CameraOffset, Payload, PhysicsConfigError, Stribeck, UnmodelledEffects,
                                    physics_from_dict, physics_to_dict)
 from twinloop_twin.scene import PAYLOAD_BODY
 
@@ -37,7 +37,9 @@ def test_the_shipped_files_have_none_and_the_section_round_trips(truth):
     assert load_physics(default_config_dir() / "nominal_physics.yaml").unmodelled is None
     assert "unmodelled" not in physics_to_dict(truth)
     effects = _with(truth, stribeck=Stribeck(2.0, 0.03), backlash=Backlash("panda_joint4", 0.004),
-                    payload=Payload(0.5, (0.0, 0.0, 0.1)))
+                    payload=Payload(0.5, (0.0, 0.0, 0.1)),
+                    camera_offsets=(CameraOffset("static_camera", (0.01, 0.0, -0.02), (0.0, 1.5, -2.0)),
+                                    CameraOffset("wrist_camera", (0.0, 0.002, 0.0), (0.3, 0.0, 0.0))))
     assert physics_from_dict(physics_to_dict(effects)) == dataclasses.replace(effects, source="<dict>")
 
 
@@ -47,6 +49,12 @@ def test_the_shipped_files_have_none_and_the_section_round_trips(truth):
     ({"backlash": {"joint": "panda_joint4", "width_rad": float("nan")}}, "unmodelled.backlash.width_rad"),
     ({"payload": {"mass_kg": 0.5, "offset_m": [0.0, 0.1]}}, "unmodelled.payload.offset_m"),
     ({"stiction": {}}, "unmodelled.stiction"),
+    ({"camera_offsets": [0.01, 0.0, 0.0]}, "unmodelled.camera_offsets"),
+    ({"camera_offsets": {"static_camera": {"xyz_m": [0.01, 0.0]}}}, "unmodelled.camera_offsets.static_camera.rpy_deg"),
+    ({"camera_offsets": {"static_camera": {"xyz_m": [0.01, 0.0], "rpy_deg": [0, 0, 0]}}},
+     "unmodelled.camera_offsets.static_camera.xyz_m"),
+    ({"camera_offsets": {"static_camera": {"xyz_m": [0.0, 0.0, 0.0], "rpy_deg": [0, float("nan"), 0]}}},
+     "unmodelled.camera_offsets.static_camera.rpy_deg"),
 ])
 def test_a_bad_section_names_its_key(truth, section, key):
     raw = physics_to_dict(truth)
@@ -166,4 +174,5 @@ def test_the_truth_files_commented_example_parses(truth):
     raw.update(yaml.safe_load("\n".join(block)))
     effects = physics_from_dict(raw).unmodelled
     assert effects == UnmodelledEffects(Stribeck(1.8, 0.05), Backlash("panda_joint4", 0.002),
-                                        Payload(0.4, (0.0, 0.0, 0.08)))
+                                        Payload(0.4, (0.0, 0.0, 0.08)),
+                                        (CameraOffset("static_camera", (0.012, -0.008, 0.005), (0.8, -0.5, 1.2)),))

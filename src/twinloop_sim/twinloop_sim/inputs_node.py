@@ -6,6 +6,7 @@ from pathlib import Path
 
 from twinloop_ros.node import StartupError
 from twinloop_twin.physics import PhysicsConfigError, WorkcellPhysics, load_physics
+from twinloop_twin.scene import check_camera_offsets
 from twinloop_twin.workcell import (ExampleRobotDataMissing, WorkcellConfigError, WorkcellDescription,
                                     default_config_dir, load_workcell)
 
@@ -23,6 +24,7 @@ def load_sim_inputs(truth_file: str, workcell_config: str, urdf: str,
     try:
         physics = load_physics(physics_path)
         workcell = load_workcell(workcell_config or None, urdf or None)
+        check_camera_offsets(physics, workcell)
     except (PhysicsConfigError, WorkcellConfigError, ExampleRobotDataMissing) as error:
         raise StartupError(str(error)) from error
     return SimInputs(workcell, physics, physics_path)

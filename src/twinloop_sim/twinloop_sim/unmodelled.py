@@ -3,9 +3,12 @@
 Pure Python (MuJoCo, numpy; no rclpy). MuJoCo's joint model has Coulomb friction at one
 level and a linear position actuator: these two effects of a real arm are added here as
 generalized forces (`qfrc_applied`), recomputed before every physics step. The payload,
-the third effect, is a body in the compiled model (twinloop_twin.scene).
+the third effect, is a body in the compiled model, and a camera off its described mount
+is placed there too (twinloop_twin.scene).
 """
 from __future__ import annotations
+
+import math
 
 import mujoco
 import numpy as np
@@ -70,4 +73,7 @@ def effects_text(effects: UnmodelledEffects) -> str:
         parts.append(f"backlash {effects.backlash.width_rad * 1e3:g} mrad on {effects.backlash.joint}")
     if effects.payload is not None:
         parts.append(f"a {effects.payload.mass_kg:g} kg payload the description lacks")
+    for offset in effects.camera_offsets:
+        parts.append(f"{offset.camera} {math.hypot(*offset.xyz_m) * 1e3:.1f} mm / "
+                     f"{max(abs(a) for a in offset.rpy_deg):g} deg (largest angle) off its described mount")
     return ", ".join(parts) or "none"

@@ -285,7 +285,11 @@ def test_command_delay_acts_the_same_at_any_simulated_time(workcell):
 
 @pytest.fixture(scope="module")
 def rendered_static_camera(workcell):
-    model = compile_workcell(workcell, load_physics(default_config_dir() / "nominal_physics.yaml"))
+    return _render_static_camera(workcell, compile_workcell(workcell, load_physics(default_config_dir()
+                                                                                   / "nominal_physics.yaml")))
+
+
+def _render_static_camera(workcell, model):
     data = _home_data(model)
     intrinsics = workcell.cameras["static_camera"]
     renderer = mujoco.Renderer(model, intrinsics.height, intrinsics.width)
@@ -319,9 +323,8 @@ def test_static_camera_depth_is_metric_at_the_table(workcell, rendered_static_ca
     np.testing.assert_allclose(world_point[:2], table_point[:2], atol=5e-3)
 
 
-def test_rendered_charuco_board_is_detected_at_its_urdf_pose(workcell, rendered_static_camera):
-    """Texture orientation, camera intrinsics (incl. principal point) and pose all agree."""
-    color, _ = rendered_static_camera
+def _board_in_static_camera(workcell, color):
+    """(rvec, tvec) of the ChArUco board seen in a static camera image (solvePnP)."""
     intrinsics = workcell.cameras["static_camera"]
     board = make_charuco_board(workcell.board)
     corners, ids, _, _ = cv2.aruco.CharucoDetector(board).detectBoard(cv2.cvtColor(color, cv2.COLOR_RGB2GRAY))
@@ -329,6 +332,14 @@ def test_rendered_charuco_board_is_detected_at_its_urdf_pose(workcell, rendered_
     object_points, image_points = board.matchImagePoints(corners, ids)
     ok, rvec, tvec = cv2.solvePnP(object_points, image_points, np.array(intrinsics.camera_matrix), None)
     assert ok
+    return rvec, tvec
+
+
+def test_rendered_charuco_board_is_detected_at_its_urdf_pose(workcell, rendered_static_camera):
+    """Texture orientation, camera intrinsics (incl. principal point) and pose all agree."""
+    color, _ = rendered_static_camera
+    intrinsics = workcell.cameras["static_camera"]
+    rvec, tvec = _board_in_static_camera(workcell, color)
     pin_model, pin_data = _pinocchio_at_home(workcell)
     camera_T_board = (_world_T_frame(pin_model, pin_data, intrinsics.color_optical_frame).inverse()
                       * _world_T_frame(pin_model, pin_data, workcell.board.frame))
@@ -337,6 +348,38 @@ def test_rendered_charuco_board_is_detected_at_its_urdf_pose(workcell, rendered_
     assert tvec.ravel()[2] == pytest.approx(camera_T_board.translation[2], abs=2e-3)
     rotation_error = np.linalg.norm(pinocchio.log3(cv2.Rodrigues(rvec)[0].T @ camera_T_board.rotation))
     assert rotation_error < np.radians(0.5)
+
+
+def test_a_truth_camera_off_its_mount_renders_from_where_it_is(workcell):
+    """A truth file's camera offset (unmodelled.camera_offsets) moves the rendering camera by
+    that transform in its described optical frame: the board is seen from there, 2.2 cm and
+    about 2 deg from the mount the description gives (which the camera's calibration must find)."""
+    import dataclasses
+
+    from twinloop_twin.physics import CameraOffset, PhysicsConfigError, UnmodelledEffects
+    from twinloop_twin.scene import camera_offset_transform
+
+    offset = CameraOffset("static_camera", (0.015, -0.012, 0.01), (1.0, -1.5, 0.8))
+    nominal = load_physics(default_config_dir() / "nominal_physics.yaml")
+    moved = dataclasses.replace(nominal, unmodelled=UnmodelledEffects(camera_offsets=(offset,)))
+    color, _ = _render_static_camera(workcell, compile_workcell(workcell, moved))
+    rvec, tvec = _board_in_static_camera(workcell, color)
+    pin_model, pin_data = _pinocchio_at_home(workcell)
+    mount = _world_T_frame(pin_model, pin_data, workcell.cameras["static_camera"].color_optical_frame)
+    camera = mount * pinocchio.SE3(camera_offset_transform(offset))
+    camera_T_board = camera.inverse() * _world_T_frame(pin_model, pin_data, workcell.board.frame)
+    # the moved camera's view of the board, to the tolerances of the unmoved one above
+    np.testing.assert_allclose(tvec.ravel()[:2], camera_T_board.translation[:2], atol=0.5e-3)
+    assert tvec.ravel()[2] == pytest.approx(camera_T_board.translation[2], abs=2e-3)
+    assert np.linalg.norm(pinocchio.log3(cv2.Rodrigues(rvec)[0].T @ camera_T_board.rotation)) < np.radians(0.5)
+    # and not the mount's view: that one is off by about the offset
+    mount_T_board = mount.inverse() * _world_T_frame(pin_model, pin_data, workcell.board.frame)
+    assert np.linalg.norm(tvec.ravel() - mount_T_board.translation) > 0.01
+    # a camera the workcell does not have: the file and the key named
+    wrong = dataclasses.replace(moved, source="truth.yaml", unmodelled=UnmodelledEffects(
+        camera_offsets=(dataclasses.replace(offset, camera="thermal_camera"),)))
+    with pytest.raises(PhysicsConfigError, match=r"truth\.yaml: key 'unmodelled\.camera_offsets' names thermal_camera"):
+        compile_workcell(workcell, wrong)
 
 
 def test_texture_cache_is_reused(workcell, tmp_path, monkeypatch):

@@ -27,10 +27,11 @@ _NOISE_KEYS = ("joint_position_std_rad", "joint_velocity_std_rad_s", "joint_effo
 _BOX_KEYS = ("mass_kg", "friction")
 _TOP_KEYS = ("joints", "command_delay_ms", "box", "finger_friction", "noise")
 UNMODELLED_KEY = "unmodelled"  # optional: effects the schema above cannot express (emulated cell only)
-_UNMODELLED_KEYS = ("stribeck", "backlash", "payload")
+_UNMODELLED_KEYS = ("stribeck", "backlash", "payload", "camera_offsets")
 _STRIBECK_KEYS = ("static_ratio", "velocity_rad_s")
 _BACKLASH_KEYS = ("joint", "width_rad")
 _PAYLOAD_KEYS = ("mass_kg", "offset_m")
+_CAMERA_OFFSET_KEYS = ("xyz_m", "rpy_deg")
 
 
 class PhysicsConfigError(ValueError):
@@ -93,6 +94,18 @@ class Payload:
 
 
 @dataclass(frozen=True)
+class CameraOffset:
+    """A camera that is not where the robot's description mounts it (bumped, or mounted by
+    hand): its optical frame is the description's moved by this transform, written in the
+    description's optical frame (rpy: fixed axes x, y, z, as in URDF). What a camera
+    calibration measures; a cell that trusts the description misplaces what it sees."""
+
+    camera: str
+    xyz_m: tuple[float, float, float]
+    rpy_deg: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
 class UnmodelledEffects:
     """What a real cell has and no parameter of this schema expresses; the emulated workcell
     applies them when its truth file names them (all off when the key is absent). A twin's
@@ -101,6 +114,7 @@ class UnmodelledEffects:
     stribeck: Stribeck | None = None
     backlash: Backlash | None = None
     payload: Payload | None = None
+    camera_offsets: tuple[CameraOffset, ...] = ()  # cameras off their described mounts
 
 
 @dataclass(frozen=True)
@@ -155,6 +169,8 @@ def physics_to_dict(physics: WorkcellPhysics) -> dict[str, Any]:
         effects = asdict(physics.unmodelled)
         if effects.get("payload"):
             effects["payload"]["offset_m"] = list(effects["payload"]["offset_m"])
+        effects["camera_offsets"] = {offset.camera: {"xyz_m": list(offset.xyz_m), "rpy_deg": list(offset.rpy_deg)}
+                                     for offset in physics.unmodelled.camera_offsets} or None
         raw[UNMODELLED_KEY] = {key: value for key, value in effects.items() if value is not None}
     return raw
 
@@ -162,6 +178,7 @@ def physics_to_dict(physics: WorkcellPhysics) -> dict[str, Any]:
 def _unmodelled(check: _Checker, raw: Any) -> UnmodelledEffects:
     sections = check.section(raw, f"{UNMODELLED_KEY}.", _UNMODELLED_KEYS, optional=_UNMODELLED_KEYS)
     stribeck = backlash = payload = None
+    offsets: list[CameraOffset] = []
     if sections.get("stribeck") is not None:
         prefix = f"{UNMODELLED_KEY}.stribeck."
         values = check.section(sections["stribeck"], prefix, _STRIBECK_KEYS)
@@ -186,7 +203,23 @@ def _unmodelled(check: _Checker, raw: Any) -> UnmodelledEffects:
                               "write it as [x, y, z] in metres in panda_hand's frame")
         payload = Payload(check.positive(values["mass_kg"], prefix + "mass_kg"),
                           tuple(check.number(v, f"{prefix}offset_m") for v in offset))
-    return UnmodelledEffects(stribeck, backlash, payload)
+    if sections.get("camera_offsets") is not None:
+        prefix = f"{UNMODELLED_KEY}.camera_offsets"
+        cameras = sections["camera_offsets"]
+        if not isinstance(cameras, Mapping) or not all(isinstance(name, str) for name in cameras):
+            raise check.error(prefix, f"must map camera names to offsets, got {cameras!r}",
+                              "write e.g. `static_camera: {xyz_m: [0.01, 0.0, 0.0], rpy_deg: [0.0, 1.0, 0.0]}`")
+        for name, raw_offset in cameras.items():
+            values = check.section(raw_offset, f"{prefix}.{name}.", _CAMERA_OFFSET_KEYS)
+            vectors = {}
+            for key, unit in (("xyz_m", "metres"), ("rpy_deg", "degrees")):
+                vector = values[key]
+                if not isinstance(vector, (list, tuple)) or len(vector) != 3:
+                    raise check.error(f"{prefix}.{name}.{key}", f"must be a list of 3 numbers, got {vector!r}",
+                                      f"write it as [x, y, z] in {unit}, in the camera's described optical frame")
+                vectors[key] = tuple(check.number(v, f"{prefix}.{name}.{key}") for v in vector)
+            offsets.append(CameraOffset(name, vectors["xyz_m"], vectors["rpy_deg"]))
+    return UnmodelledEffects(stribeck, backlash, payload, tuple(offsets))
 
 
 def _joint(check: _Checker, name: str, raw: Any) -> JointPhysics:

@@ -40,7 +40,8 @@ import mujoco
 import numpy as np
 
 from twinloop_twin.geometry_layer import GeometryLayer, apply_to_spec, with_measured_box
-from twinloop_twin.physics import ARM_JOINTS, COMMANDED_JOINTS, FINGER_JOINTS, WorkcellPhysics
+from twinloop_twin.physics import (ARM_JOINTS, COMMANDED_JOINTS, FINGER_JOINTS, CameraOffset, PhysicsConfigError,
+                                   WorkcellPhysics)
 from twinloop_twin.workcell import CharucoBoardSpec, WorkcellDescription, urdf_for_mujoco
 
 TIMESTEP_S = 0.001
@@ -91,7 +92,7 @@ def build_workcell_spec(workcell: WorkcellDescription, physics: WorkcellPhysics,
     _add_actuators(spec, physics, max_command_delay_s)
     _set_box(spec, workcell, physics)
     _set_finger_friction(spec, physics)
-    _add_cameras(spec, workcell)
+    _add_cameras(spec, workcell, physics)
     _add_environment(spec)
     _add_charuco_texture(spec, workcell.board)
     _add_home_keyframe(spec, workcell)
@@ -291,10 +292,47 @@ def _set_finger_friction(spec: mujoco.MjSpec, physics: WorkcellPhysics) -> None:
                 geom.friction = [physics.finger_friction, 0.005, 0.0001]
 
 
-def _add_cameras(spec: mujoco.MjSpec, workcell: WorkcellDescription) -> None:
+def camera_offset_transform(offset: CameraOffset) -> np.ndarray:
+    """The 4x4 transform from a camera's described optical frame to where it is (URDF rpy:
+    R = Rz(yaw) Ry(pitch) Rx(roll))."""
+    roll, pitch, yaw = np.radians(offset.rpy_deg)
+    cr, sr, cp, sp, cy, sy = np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch), np.cos(yaw), np.sin(yaw)
+    transform = np.eye(4)
+    transform[:3, :3] = (np.array([[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]])
+                         @ np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
+                         @ np.array([[1.0, 0.0, 0.0], [0.0, cr, -sr], [0.0, sr, cr]]))
+    transform[:3, 3] = offset.xyz_m
+    return transform
+
+
+def camera_offsets(physics: WorkcellPhysics | None) -> dict[str, CameraOffset]:
+    """The truth file's cameras off their described mounts, by camera name (none: {})."""
+    if physics is None or physics.unmodelled is None:
+        return {}
+    return {offset.camera: offset for offset in physics.unmodelled.camera_offsets}
+
+
+def check_camera_offsets(physics: WorkcellPhysics, workcell: WorkcellDescription) -> dict[str, CameraOffset]:
+    """The truth's camera offsets, each naming a camera of the workcell (else PhysicsConfigError)."""
+    offsets = camera_offsets(physics)
+    unknown = sorted(set(offsets) - set(workcell.cameras))
+    if unknown:
+        raise PhysicsConfigError(f"{physics.source}: key 'unmodelled.camera_offsets' names {', '.join(unknown)}, "
+                                 f"not a camera of the workcell; name one of {sorted(workcell.cameras)}")
+    return offsets
+
+
+def _add_cameras(spec: mujoco.MjSpec, workcell: WorkcellDescription, physics: WorkcellPhysics) -> None:
+    offsets = check_camera_offsets(physics, workcell)
     for name, intrinsics in workcell.cameras.items():
         camera = spec.body(intrinsics.color_optical_frame).add_camera(name=name)
         camera.quat = OPTICAL_T_MUJOCO_CAMERA_QUAT
+        if name in offsets:  # a truth's camera off its mount: the optical frame moved, then MuJoCo's half turn
+            moved = camera_offset_transform(offsets[name])
+            quat = np.zeros(4)
+            mujoco.mju_mat2Quat(quat, moved[:3, :3].ravel())
+            mujoco.mju_mulQuat(quat, quat.copy(), np.array(OPTICAL_T_MUJOCO_CAMERA_QUAT, dtype=float))
+            camera.pos, camera.quat = moved[:3, 3], quat
         camera.resolution = [intrinsics.width, intrinsics.height]
         # exact pinhole intrinsics; the sensor size only sets the pixel pitch (1 unit per px)
         camera.sensor_size = [float(intrinsics.width), float(intrinsics.height)]
