@@ -38,7 +38,8 @@ import numpy as np
 import pytest
 
 from twinloop_twin.physics import ARM_JOINTS, load_physics
-from twinloop_twin.truth_draw import TruthRanges, describe, draw_truth, truth_yaml
+from twinloop_twin.truth_draw import (CAMERA_OFFSET_RANGES, TruthRanges, describe, draw_camera_offsets, draw_truth,
+                                      truth_yaml, with_camera_offsets)
 from twinloop_twin.workcell import default_config_dir
 
 TWINLOOP = str(Path(sys.executable).parent / "twinloop")
@@ -91,6 +92,37 @@ def test_draws_are_reproducible_plausible_and_loadable(tmp_path):
     assert factors.min() >= 0.5 * (1 - 1e-3) and factors.max() <= 2.0 * (1 + 1e-3)
     # log-uniform: both ends are reached and the median sits near 1
     assert factors.min() < 0.55 and factors.max() > 1.8 and 0.85 < np.median(factors) < 1.18
+
+
+def test_camera_offsets_are_drawn_within_their_ranges_and_round_trip(tmp_path):
+    """Cameras off their mounts (draw_camera_offsets): the length and angle of each drawn
+    offset within its range, both ends of the ranges approached, reproducible from the seed,
+    written and read back with the physics, which the same seed draws unchanged."""
+    from twinloop_twin.scene import camera_offset_transform
+
+    nominal = nominal_physics()
+    lengths, angles = {c: [] for c in CAMERA_OFFSET_RANGES}, {c: [] for c in CAMERA_OFFSET_RANGES}
+    for seed in range(40):
+        offsets = draw_camera_offsets(seed)
+        assert offsets == draw_camera_offsets(seed) and [o.camera for o in offsets] == list(CAMERA_OFFSET_RANGES)
+        for offset in offsets:
+            transform = camera_offset_transform(offset)
+            lengths[offset.camera].append(np.linalg.norm(transform[:3, 3]) * 1e3)
+            angles[offset.camera].append(math.degrees(math.acos(np.clip((np.trace(transform[:3, :3]) - 1) / 2, -1, 1))))
+    for camera, ((mm_low, mm_high), (deg_low, deg_high)) in CAMERA_OFFSET_RANGES.items():
+        mm, deg = np.array(lengths[camera]), np.array(angles[camera])
+        print(f"{camera}: {mm.min():.2f}-{mm.max():.2f} mm, {deg.min():.3f}-{deg.max():.3f} deg")
+        # rounding: 0.01 mm, 1e-4 deg per axis
+        assert mm.min() >= mm_low - 0.02 and mm.max() <= mm_high + 0.02
+        assert deg.min() >= deg_low - 1e-3 and deg.max() <= deg_high + 1e-3
+        assert mm.min() < mm_low + 0.2 * (mm_high - mm_low) and mm.max() > mm_high - 0.2 * (mm_high - mm_low)
+        assert deg.min() < deg_low + 0.2 * (deg_high - deg_low) and deg.max() > deg_high - 0.2 * (deg_high - deg_low)
+    truth = with_camera_offsets(draw_truth(nominal, 3), draw_camera_offsets(3))
+    path = tmp_path / "truth.yaml"
+    path.write_text(truth_yaml(truth, seed=3))
+    loaded = load_physics(path)
+    assert loaded.unmodelled == truth.unmodelled and loaded.joints == draw_truth(nominal, 3).joints
+    assert "static_camera off its mount" in describe(truth, nominal)
 
 
 # ---------------------------------------------------------------- the README's sequences

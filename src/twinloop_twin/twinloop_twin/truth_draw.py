@@ -14,15 +14,24 @@ mass and the two friction coefficients uniform within plausible ranges for a car
 box on a table pushed by rubber finger pads; sensor noise log-uniform within a factor
 0.5-2 of a reference sensor (the nominal model is noise-free, and a factor of zero is no
 sensor).
+
+Camera mounts (`draw_camera_offsets`, drawn apart so that the physics of a seed never
+changes): each camera off the mount the description gives by a translation of uniform
+length within `translation_mm` in a uniform direction and a rotation of uniform angle
+within `rotation_deg` about a uniform axis (a camera bumped or mounted by hand), for a
+loop whose calibration has to find them.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+
 import numpy as np
 import yaml
 
-from twinloop_twin.physics import ALL_JOINTS, BoxPhysics, JointPhysics, SensorNoise, WorkcellPhysics, physics_to_dict
+from twinloop_twin.physics import (ALL_JOINTS, BoxPhysics, CameraOffset, JointPhysics, SensorNoise, UnmodelledEffects,
+                                   WorkcellPhysics, physics_to_dict)
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,36 @@ def draw_truth(nominal: WorkcellPhysics, seed: int, ranges: TruthRanges = TruthR
         source=f"truth_draw seed {seed}")
 
 
+# How far a drawn camera sits from its described mount: (least, most) translation in mm and
+# rotation in deg. A fixed camera on a stand is bumped further than one bolted to the hand.
+CAMERA_OFFSET_RANGES = {"static_camera": ((8.0, 20.0), (1.0, 2.0)), "wrist_camera": ((2.0, 6.0), (0.3, 1.0))}
+
+
+def draw_camera_offsets(seed: int, ranges: dict[str, tuple[tuple[float, float], tuple[float, float]]] | None = None
+                        ) -> tuple[CameraOffset, ...]:
+    """Each camera of `ranges` (default CAMERA_OFFSET_RANGES) off its mount, fully determined
+    by `seed` (its own stream: the physics draw of the same seed is unchanged)."""
+    rng = np.random.default_rng([seed, 1])
+    offsets = []
+    for camera, (translation_mm, rotation_deg) in (ranges or CAMERA_OFFSET_RANGES).items():
+        direction, axis = (v / np.linalg.norm(v) for v in rng.normal(size=(2, 3)))
+        xyz = direction * rng.uniform(*translation_mm) / 1000.0
+        angle = math.radians(rng.uniform(*rotation_deg))
+        # rpy (fixed axes x, y, z) of the rotation by `angle` about `axis` (Rodrigues)
+        k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+        r = np.eye(3) + math.sin(angle) * k + (1 - math.cos(angle)) * k @ k
+        rpy = (math.atan2(r[2, 1], r[2, 2]), math.asin(-r[2, 0]), math.atan2(r[1, 0], r[0, 0]))
+        offsets.append(CameraOffset(camera, tuple(round(float(v), 5) for v in xyz),
+                                    tuple(round(math.degrees(v), 4) for v in rpy)))
+    return tuple(offsets)
+
+
+def with_camera_offsets(physics: WorkcellPhysics, offsets: tuple[CameraOffset, ...]) -> WorkcellPhysics:
+    """`physics` with its cameras off their mounts (its other unmodelled effects kept)."""
+    effects = physics.unmodelled or UnmodelledEffects()
+    return dataclasses.replace(physics, unmodelled=dataclasses.replace(effects, camera_offsets=offsets))
+
+
 def truth_yaml(physics: WorkcellPhysics, *, seed: int) -> str:
     """The physics YAML of a drawn truth, with a header saying how to draw it again."""
     header = (f"# Drawn truth (twinloop_twin.truth_draw.draw_truth, seed {seed}); same keys and units as\n"
@@ -93,6 +132,9 @@ def describe(physics: WorkcellPhysics, nominal: WorkcellPhysics) -> str:
         lines.append(f"  {name:20s} " + ", ".join(cells))
     noise = ", ".join(f"{key} {value:.3g}" for key, value in vars(physics.noise).items())
     lines.append(f"  noise: {noise}")
+    for offset in physics.unmodelled.camera_offsets if physics.unmodelled is not None else ():
+        lines.append(f"  {offset.camera} off its mount by {np.round(np.array(offset.xyz_m) * 1e3, 1)} mm, "
+                     f"rpy {list(offset.rpy_deg)} deg")
     return "\n".join(lines)
 
 
