@@ -47,11 +47,14 @@ def test_runner_refuses_a_mismatched_policy(tmp_path, home):
     assert "faster than the robot's joint states" in _refused(tmp_path, too_fast.folder)
 
 
-@pytest.mark.parametrize("value", [float("nan"), -1.0])
-def test_runner_refuses_a_stale_abort_time_that_is_not_a_positive_time(tmp_path, home, value):
+@pytest.mark.parametrize("name, value, says", [
+    ("stale_abort_s", float("nan"), "> 0"), ("stale_abort_s", -1.0, "> 0"), ("settle_s", float("nan"), ">= 0"),
+    ("settle_s", -0.5, ">= 0"), ("observation_timeout_s", 0.0, "> 0"), ("record_ready_timeout_s", float("inf"), "> 0"),
+])
+def test_runner_refuses_a_wait_that_is_not_a_time(tmp_path, home, name, value, says):
     policy = write_scripted_policy(tmp_path / "reach", home)
-    log = _refused(tmp_path, policy.folder, stale_abort_s=value)
-    assert f"stale_abort_s {value}: give a finite time > 0" in log and "Traceback" not in log, log
+    log = _refused(tmp_path, policy.folder, **{name: value})
+    assert f"{name} {value}: give a finite time {says}" in log and "Traceback" not in log, log
 
 
 @pytest.fixture(scope="module")

@@ -76,6 +76,11 @@ class PolicyRunnerNode(Node):
         if not (math.isfinite(self.p["stale_abort_s"]) and self.p["stale_abort_s"] > 0.0):
             raise StartupError(f"stale_abort_s {self.p['stale_abort_s']}: give a finite time > 0 (s; the envelope "
                                "monitor's joint_state_timeout_s, 0.5, is the default)")
+        for name, least in (("settle_s", 0.0), ("observation_timeout_s", None), ("record_ready_timeout_s", None)):
+            value = self.p[name]  # a NaN wait never ends a trial's start; a negative one skips it
+            if not (math.isfinite(value) and (value >= least if least is not None else value > 0.0)):
+                raise StartupError(f"{name} {value}: give a finite time {'>= 0' if least is not None else '> 0'} "
+                                   f"(s; config/policy_runner.yaml has the default)")
         self._closing = False
         self.stale_skips = 0
         # Commands: each message is one step of the monitor (the COMMANDS profile says why).

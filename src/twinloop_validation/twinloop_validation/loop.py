@@ -11,9 +11,9 @@ twins/, bags/, policies, validation/, log/):
    (the emulated workcell with its hidden physics `--truth-file`, or a robot driver with
    `--no-workcell`): the static camera calibrated to the robot (`twinloop calibrate --live
    --camera static_camera`: views planned and moved to through the envelope monitor; the
-   wrist camera, seeing the same target, is calibrated with it); the
-   node set is started again with the box tracker placing the camera by that calibration
-   (`twinloop bringup --tracker-calibration`), as it stays for the rest of the run; then
+   wrist camera, seeing the same target, is calibrated with it); the node set is started
+   again with the box tracker placing the camera by that calibration (`twinloop bringup
+   --tracker-calibration`), as it stays for the rest of the run; then
    identification recordings through the envelope monitor, a joint excitation (fit),
    another (held-out, other seed), the box's pushes and lift (fit) (`twinloop build
    excite`); then the node set is stopped;
