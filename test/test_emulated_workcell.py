@@ -223,15 +223,19 @@ def test_second_truth_changes_the_step_response(tmp_path):
     assert slow[1] > fast[1]
 
 
-def test_bad_truth_file_is_a_clear_error(tmp_path):
+@pytest.mark.parametrize("edit, key", [
+    (lambda text: text.replace("command_delay_ms:", "command_delay_ms: -3.0 #", 1), "command_delay_ms"),
+    (lambda text: text + "unmodelled:\n  camera_offsets:\n    thermal_camera: {xyz_m: [0.01, 0, 0], rpy_deg: [0, 0, 0]}\n",
+     "unmodelled.camera_offsets' names thermal_camera, not a camera of the workcell"),
+])
+def test_bad_truth_file_is_a_clear_error(tmp_path, edit, key):
     bad = tmp_path / "truth.yaml"
-    text = (default_config_dir() / "emulated_truth.yaml").read_text()
-    bad.write_text(text.replace("command_delay_ms:", "command_delay_ms: -3.0 #", 1))
+    bad.write_text(edit((default_config_dir() / "emulated_truth.yaml").read_text()))
     process = NodeProcess(WORKCELL, fresh_domain_id(), {"truth_file": str(bad)}, log_path=tmp_path / "log")
     assert process.process.wait(timeout=STARTUP_S) == 2
     log = process.log()
     process.stop()
-    assert "command_delay_ms" in log and str(bad) in log
+    assert key in log and str(bad) in log and "Traceback" not in log, log
 
 
 def test_missing_example_robot_data_is_a_clear_error(tmp_path):
