@@ -235,3 +235,44 @@ def test_a_parents_learned_residual_is_learned_again_against_the_corrected_param
     mine = ResidualWeights.load(corrected.file_path(RESIDUAL_FILE))
     theirs = ResidualWeights.load(parent.file_path(RESIDUAL_FILE))
     assert mine.to_bytes() != theirs.to_bytes()
+
+
+def test_after_the_cell_changed_the_parents_recordings_are_left_out(cell, tmp_path):
+    """A round that judged the twin stale (the cell changed, as after maintenance): the
+    parent's own fit and held-out recordings are of the cell before the change, so only the
+    new fit bags fit the next version and only the rounds' trials score it; without a new
+    fit bag the correction is refused, saying what to record. A round that did not judge it
+    stale keeps the parent's recordings in."""
+    import shutil
+
+    from twinloop_builder.recording import bag_sha256
+    from twinloop_validation.correction import select_recordings
+
+    twin, fit_bag, held_bag, _, _ = cell
+    parent_twin = load_twin(twin.path)
+    files = {rel: parent_twin.path / rel for rel in parent_twin.manifest.files}
+    own = [SourceBag(path=str(fit_bag), sha256=bag_sha256(fit_bag), split="fit", purpose="identification"),
+           SourceBag(path=str(held_bag), sha256=bag_sha256(held_bag), split="held_out", purpose="identification")]
+    root = tmp_path / "twins"
+    write_twin_version(root, "emulated", parameters=parent_twin.parameters, files=files,
+                       provenance=Provenance(created_by="test", source_bags=own, note="fit before the change"))
+    parent = load_twin(root / "emulated" / "v0")
+    new_fit, new_trial = tmp_path / "new_fit", tmp_path / "new_trial"
+    shutil.copytree(fit_bag, new_fit)
+    shutil.copytree(held_bag, new_trial)
+    round_report = {"policy": "push", "goal_radius_m": 0.02, "trials": [
+        {"bag": str(new_trial), "real_success": True, "twin_success": True, "failure_mode": "success",
+         "box_end_error_m": 0.001, "joint_rmse_rad": {"panda_joint2": 0.02},
+         "predicted_spread_rad": {"panda_joint2": 0.001}}],
+        "summary": {"staleness": {"stale": True, "median_z": 20.0, "threshold": 3.0}}}
+    implication = implicate([round_report], list(parent.parameters))
+    assert implication.stale == ["push"]
+    said = []
+    fit, held = select_recordings(parent, [round_report], [str(new_fit)], changed=True, say=said.append)
+    assert fit == [str(new_fit)] and held == [str(new_trial)]
+    assert "stale (the cell changed)" in said[0] and "2 recording(s)" in said[0]
+    with pytest.raises(ValidationError, match="no fit recording of the changed cell.*twinloop build excite"):
+        select_recordings(parent, [round_report], [], changed=True)
+    # the same round judged current: the parent's recordings fit and score as before
+    fit, held = select_recordings(parent, [round_report], [str(new_fit)], changed=False)
+    assert fit == [str(new_fit), str(fit_bag)] and held == [str(held_bag), str(new_trial)]

@@ -21,7 +21,10 @@
 2. **Re-identification** of exactly those parameters (twinloop_builder's identification with
    `select`), on the parent's fit recordings (from its provenance, where still on disk
    with the same content) and the new ones; the held-out recordings (the parent's, and the
-   rounds' trial bags) only score the result. No held-out bag ever fits: the builder
+   rounds' trial bags) only score the result. After a round that judged the twin stale
+   the parent's own recordings (fit and held-out) are of the cell as it was before it
+   changed: they are left out, the new fit recordings alone fit the version and the
+   rounds' trials alone score it (`select_recordings`). No held-out bag ever fits: the builder
    refuses a fit bag whose session says held_out or whose content any version of the
    lineage held out (asserted here again on the written version's provenance).
 3. **Widening**: an implicated parameter that the data still cannot pin down keeps the
@@ -66,6 +69,7 @@ class Implication:
     """Parameter name -> the evidence that implicates it, in words."""
 
     reasons: dict[str, list[str]] = field(default_factory=dict)
+    stale: list[str] = field(default_factory=list)  # policies whose round judged the twin stale: the cell changed
 
     def add(self, names: Sequence[str], reason: str) -> None:
         for name in names:
@@ -95,6 +99,7 @@ def implicate(reports: Sequence[dict], parameter_names: Sequence[str], stale_z: 
                       f"goal radius {radius * 100:.1f} cm)")
         staleness = report.get("summary", {}).get("staleness", {})
         if staleness.get("stale"):
+            found.stale.append(policy)
             found.add([n for n in parameter_names if n == DELAY or (n.split(".")[0] in ("joint", "actuator")
                                                                    and n.split(".")[1] in ARM_JOINTS)],
                       f"{policy}: the round judged the twin stale (median z {staleness['median_z']:.1f} above "
@@ -111,6 +116,46 @@ def implicate(reports: Sequence[dict], parameter_names: Sequence[str], stale_z: 
                               f"{Path(trial['bag']).name}, z {z:.1f} above {stale_z:g}"
                               + (" (the box was handled: its contact loads the arm)" if handled else ""))
     return found
+
+
+def select_recordings(parent, reports: Sequence[dict], fit_bags: Sequence[str], *, changed: bool,
+                      parent_fit: bool = True, say: Callable[[str], None] = lambda _: None) -> tuple[list[str], list[str]]:
+    """(fit bags, held-out bags) of a correction of `parent` (a loaded twin version).
+
+    Fit: the new `fit_bags`, and the parent's own fit bags still on disk with the content it
+    was fit on. Held out: the parent's held-out bags on disk and the rounds' trial bags. Where
+    the cell `changed` (a round judged the parent stale) the parent's recordings are of the
+    cell before the change: only the new fit bags fit and only the rounds' trials score.
+    Raises ValidationError when no fit bag is left."""
+    from twinloop_builder.recording import bag_sha256
+
+    label = f"{parent.workcell}/v{parent.version}"
+    fit = [str(b) for b in fit_bags]
+    own = parent.manifest.provenance.source_bags
+    if changed and any(b.split in ("fit", "held_out") for b in own):
+        say(f"the rounds judged {label} stale (the cell changed): its own {len(own)} recording(s), made before the "
+            "change, are left out; the new fit bags alone fit the next version, the rounds' trials score it")
+    if parent_fit and not changed:
+        for bag in own:
+            path = Path(bag.path)
+            if bag.split != "fit":
+                continue
+            if not path.exists() or bag_sha256(path) != bag.sha256:
+                say(f"the parent's fit bag {path} is gone or changed: left out")
+                continue
+            if str(path) not in fit:
+                fit.append(str(path))
+    if not fit:
+        if changed:
+            raise ValidationError(f"no fit recording of the changed cell: {label}'s own recordings are from before "
+                                  "the change; record new fit data on the cell as it is now (e.g. `twinloop build "
+                                  "excite --kind joints --split fit`) and give it with --fit")
+        raise ValidationError(f"no fit recording: {label} names none on disk and none was given; record new fit "
+                              "data (e.g. `twinloop trials run POLICY --split fit`, `twinloop build excite --split fit`)")
+    held_out = list(dict.fromkeys(
+        ([] if changed else [str(b.path) for b in own if b.split == "held_out" and Path(b.path).exists()])
+        + [t["bag"] for r in reports for t in r["trials"] if Path(t["bag"]).exists()]))
+    return fit, [b for b in held_out if b not in fit]
 
 
 @dataclass(frozen=True)
@@ -136,7 +181,6 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
     from twinloop_builder.build import (REPORT_FILE, fit_identified_residual, held_out_lineage, identified_parameters,
                                         identify_from_bags, write_identified_version)
     from twinloop_builder.identification import IdentificationSettings
-    from twinloop_builder.recording import bag_sha256
     from twinloop_twin.bundle import load_twin
     from twinloop_twin.parameters import Parameter, ParameterSet
     from twinloop_twin.residual import RESIDUAL_FILE
@@ -159,24 +203,8 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
         return None
     say(f"implicated: {', '.join(implication.names)}")
     root = parent.path.parent.parent
-    fit = [str(b) for b in fit_bags]
-    if parent_fit:
-        for bag in parent.manifest.provenance.source_bags:
-            path = Path(bag.path)
-            if bag.split != "fit":
-                continue
-            if not path.exists() or bag_sha256(path) != bag.sha256:
-                say(f"the parent's fit bag {path} is gone or changed: left out")
-                continue
-            if str(path) not in fit:
-                fit.append(str(path))
-    if not fit:
-        raise ValidationError(f"no fit recording: {label} names none on disk and none was given; record new fit "
-                              "data (e.g. `twinloop trials run POLICY --split fit`, `twinloop build excite --split fit`)")
-    held_out = list(dict.fromkeys(
-        [str(b.path) for b in parent.manifest.provenance.source_bags if b.split == "held_out" and Path(b.path).exists()]
-        + [t["bag"] for r in reports for t in r["trials"] if Path(t["bag"]).exists()]))
-    held_out = [b for b in held_out if b not in fit]
+    fit, held_out = select_recordings(parent, reports, fit_bags, changed=bool(implication.stale),
+                                      parent_fit=parent_fit, say=say)
     progress("reading", 0.0, f"re-identifying {len(implication.names)} parameter(s) from {len(fit)} fit bag(s); "
                              f"{len(held_out)} held-out bag(s) score it")
     identified = identify_from_bags(root, parent.workcell, fit, held_out, parent_version=parent.version,
@@ -205,7 +233,7 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
         "implicated": implication.reasons, "reidentified": reidentified, "widened": widened, "widen_factor": widen,
         "parameters": {n: {"parent": _pair(parent.parameters[n]), "new": _pair(parameters[n])}
                        for n in implication.names},
-        "fit_bags": fit, "held_out_bags": held_out,
+        "fit_bags": fit, "held_out_bags": held_out, "cell_changed": bool(implication.stale),
         "held_out": None if held is None else {
             "joint_rmse_rad": [held.rmse_before_rad, held.rmse_after_rad],
             "joint_effort_rmse_nm": [held.effort_rmse_before_nm, held.effort_rmse_after_nm],
@@ -217,6 +245,7 @@ def correct_twin(twin_path: Path | str, reports: Sequence[dict], fit_bags: Seque
             f"{', '.join(reidentified) or 'nothing'}; widened x{widen:g} {', '.join(widened) or 'nothing'}; why: "
             + "; ".join(reasons[:NOTE_REASONS])
             + (f"; and {len(reasons) - NOTE_REASONS} more" if len(reasons) > NOTE_REASONS else "")
+            + ("; the cell changed: fit on the new recordings only, not the parent's" if implication.stale else "")
             + f"; see {CORRECTION_REPORT}")
     residual = None
     if (parent.path / RESIDUAL_FILE).is_file():
