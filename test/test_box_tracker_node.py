@@ -9,8 +9,6 @@ scored in-process by test_box_tracking.py.
 from __future__ import annotations
 
 import math
-import os
-import signal
 import subprocess
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from twinloop_interfaces.msg import SystemStatus
 
 from twinloop_ros.qos import LATCHED, RELIABLE, STREAM
 from twinloop_ros.testing import RosProbe, fresh_domain_id
-from twinloop_ros.process import localhost_env
+from twinloop_ros.process import interrupt_group, localhost_env
 
 pytestmark = pytest.mark.ros
 
@@ -37,13 +35,7 @@ def _start(command: str, domain: int, log: Path) -> subprocess.Popen:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    interrupt_group(process, timeout_s=15)
 
 
 def _seconds(stamp) -> float:

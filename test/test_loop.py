@@ -19,7 +19,6 @@ corrected version's provenance against the bags' own splits.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 import yaml
 
 from twinloop_logging.bag_reader import open_bag
-from twinloop_ros.process import fresh_domain_id, localhost_env
+from twinloop_ros.process import fresh_domain_id, interrupt_group, localhost_env
 from twinloop_twin.physics import load_physics
 from twinloop_twin.truth_draw import describe, draw_camera_offsets, draw_truth, truth_yaml, with_camera_offsets
 from twinloop_twin.workcell import default_config_dir
@@ -282,7 +281,6 @@ def _after_a_change_of_the_cell(tmp_path: Path, run_dir: Path, truth) -> None:
     stale in one round (the loop's rounds before the change judged it current); the
     correction from a new excitation leaves v1's own recordings out and its version is
     judged current on the changed cell."""
-    import signal
     import time
 
     from twinloop_twin.bundle import load_twin
@@ -332,10 +330,5 @@ def _after_a_change_of_the_cell(tmp_path: Path, run_dir: Path, truth) -> None:
         print(f"{twin.workcell}/v{twin.version} after the change:", current["evidence"])
         assert current["stale"] is False and current["median_z"] < 0.5 * stale["median_z"], current
     finally:
-        os.killpg(cell.pid, signal.SIGINT)
-        try:
-            cell.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(cell.pid, signal.SIGKILL)
-            cell.wait()
+        interrupt_group(cell)
         log.close()

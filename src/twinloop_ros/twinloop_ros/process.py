@@ -37,6 +37,19 @@ def localhost_env(domain_id: int, **extra: str) -> dict[str, str]:
     return env
 
 
+def interrupt_group(process: subprocess.Popen, timeout_s: float = 60.0) -> int:
+    """Ctrl-C to a process started in a session of its own (a bring-up: it stops its nodes),
+    SIGKILL to the group after `timeout_s`; its exit code."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode
+
+
 class NodeProcess:
     """A node started as a subprocess (`python -m module --ros-args ...`)."""
 

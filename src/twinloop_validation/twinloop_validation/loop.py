@@ -287,13 +287,9 @@ class NodeSet:
     def stop(self) -> None:
         if self.process is None:
             return
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGINT)  # Ctrl-C to the bring-up: it stops its nodes
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        from twinloop_ros.process import interrupt_group
+
+        interrupt_group(self.process)  # Ctrl-C to the bring-up: it stops its nodes
         self.process = None
 
 
