@@ -546,6 +546,15 @@ def option_runs() -> list[Run]:
         (work / "replays" / "bag-replay-v0").mkdir(parents=True)
         (work / "replays" / "bag-replay-v0" / "metadata.yaml").write_text("an earlier response\n")
 
+    def truth_with(offsets: str):
+        def setup(base: Base, work: Path) -> None:
+            from twinloop_twin.workcell import default_config_dir
+            text = (default_config_dir() / "emulated_truth.yaml").read_text()
+            (work / "truth.yaml").write_text(text + "unmodelled:\n  camera_offsets:\n" + offsets)
+        return setup
+
+    unknown_camera = truth_with("    thermal_camera: {xyz_m: [0.01, 0, 0], rpy_deg: [0, 0, 0]}\n")
+    two_angles = truth_with("    static_camera: {xyz_m: [0.01, 0, 0], rpy_deg: [1.0, -0.8]}\n")
     goal = ["--goal", "0", "0", "0", "-2", "0", "2", "nan"]
     cases = {
         "policy_rate_zero": (["policy", "scripted", "{work}/p", "--rate", "0"], None),
@@ -584,6 +593,12 @@ def option_runs() -> list[Run]:
                                                  "--log-dir", "{work}/log"], None),
         "bringup_tracker_calibration_not_one": (["bringup", "--tracker-calibration", "{work}/taken.yaml",
                                                  "--log-dir", "{work}/log"], existing_file("taken.yaml")),
+        "bringup_truth_unknown_camera": (["bringup", "--truth-file", "{work}/truth.yaml", "--log-dir", "{work}/log"],
+                                         unknown_camera),
+        "bringup_truth_two_angles": (["bringup", "--truth-file", "{work}/truth.yaml", "--log-dir", "{work}/log"],
+                                     two_angles),
+        "loop_truth_unknown_camera": (["loop", "--quick", "--truth-file", "{work}/truth.yaml", "--run-dir",
+                                       "{work}/run"], unknown_camera),
         # --monitor '': accepted by mistake, excite waits for a recorder that is not there and exits 3
         "excite_lead_in_nan": (["build", "excite", "--split", "fit", "--lead-in", "nan", "--monitor", ""], None),
         "excite_lead_in_negative": (["build", "excite", "--split", "fit", "--lead-in", "-1", "--monitor", ""], None),
@@ -599,6 +614,9 @@ def option_runs() -> list[Run]:
         ("excite_lead_in_nan", "--lead-in"), ("excite_lead_in_negative", "--lead-in"),
         ("excite_duration_zero", "--duration"), ("build_max_iterations_zero", "--max-iterations"),
         ("build_max_iterations_negative", "--max-iterations"))}
+    says.update({"bringup_truth_unknown_camera": "names thermal_camera, not a camera of the workcell",
+                 "bringup_truth_two_angles": "rpy_deg' must be a list of 3 numbers",
+                 "loop_truth_unknown_camera": "names thermal_camera, not a camera of the workcell"})
     return [Run(f"option/{name}: {argv[0]}", simple(argv, setup), says=says.get(name))
             for name, (argv, setup) in cases.items()]
 

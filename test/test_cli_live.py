@@ -422,6 +422,10 @@ def test_calibrate_live_static_camera(stack):
     print(f"static camera vs the URDF mount: {translation_m * 1e3:.2f} mm, {math.degrees(rotation_rad):.3f} deg")
     # test_calibration_server.py's tolerances for the static camera (through the board, 0.9 m away)
     assert translation_m < 1.5e-3 and math.degrees(rotation_rad) < 0.1
+    # the command says the same distance from the described mount (to its printed digits)
+    said = re.search(r"^from the described \(URDF\) mount: ([0-9.]+) mm, ([0-9.]+) deg", done.stdout, re.M)
+    assert said, done.stdout
+    assert abs(float(said[1]) - translation_m * 1e3) < 0.006 and abs(float(said[2]) - math.degrees(rotation_rad)) < 6e-4
     # Every move went through the monitor (~250 targets a second of the run), which never
     # faulted and was disarmed after it.
     status = stack.wait_state(EnvelopeStatus.STATE_DISARMED)

@@ -81,6 +81,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"twinloop bringup: truth file {args.truth_file} not found; give an existing physics YAML "
               "(e.g. config/emulated_truth.yaml)", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
+    if args.truth_file:  # checked here, so that a bad file is one line before any node starts
+        from twinloop_twin.physics import PhysicsConfigError
+        from twinloop_twin.scene import load_truth
+        from twinloop_twin.workcell import load_workcell
+
+        try:
+            load_truth(args.truth_file, load_workcell())
+        except PhysicsConfigError as error:
+            print(f"twinloop bringup: --truth-file: {error}", file=sys.stderr)
+            return EXIT_BAD_ARGUMENTS
     envelope = Path(args.envelope).resolve() if args.envelope else None
     if envelope is not None:
         from twinloop_safety.envelope import EnvelopeConfigError, load_envelope_limits

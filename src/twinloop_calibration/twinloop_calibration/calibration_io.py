@@ -33,8 +33,9 @@ def calibration_document(result: HandEyeResult, *, camera_name: str, parent_fram
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "camera": camera_name,
         "setup": result.setup.value,
-        "meaning": ("gripper_T_camera: camera optical frame in the gripper frame" if result.setup == Setup.EYE_IN_HAND
-                    else "base_T_camera: camera optical frame in the robot base frame"),
+        "meaning": (f"{parent_frame}_T_camera: camera optical frame in the frame of the link it rides on"
+                    if result.setup == Setup.EYE_IN_HAND else
+                    f"{parent_frame}_T_camera: camera optical frame in the {parent_frame} frame"),
         "parent_frame": parent_frame,
         "child_frame": child_frame,
         "transform": {"translation_m": _floats(translation), "quaternion_xyzw": _floats(quaternion)},

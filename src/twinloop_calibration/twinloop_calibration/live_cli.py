@@ -79,8 +79,33 @@ def run(args) -> int:
               f"rotation {math.degrees(np.linalg.norm(std[3:])):.3f} deg")
         print(f"reprojection RMS {result.reprojection_rms_px:.3f} px, held-out RMS {result.held_out_rms_px:.3f} px; "
               f"{result.views_used} views used, {result.views_rejected} rejected")
+        mount = _from_described_mount(args.camera, result.transform)
+        if mount:
+            print(mount)
         print(f"written: {result.calibration_path}")
         return 0
 
     progress = Progress()
     return run_live(PROG, body)
+
+
+def _from_described_mount(camera: str, stamped) -> str:
+    """How far the calibrated camera is from the mount the robot description gives it, in
+    one line ('' where the description has no such camera or frame)."""
+    from twinloop_calibration import se3
+    from twinloop_twin.kinematics import UrdfTransforms
+    from twinloop_twin.workcell import WorkcellConfigError, load_workcell
+
+    try:
+        workcell = load_workcell()
+        kinematics = UrdfTransforms(workcell.urdf_xml)
+        frame = workcell.cameras[camera].color_optical_frame
+        mount = np.linalg.inv(kinematics.world_T_link(stamped.header.frame_id, workcell.home_joint_positions)) \
+            @ kinematics.world_T_link(frame, workcell.home_joint_positions)
+    except (KeyError, WorkcellConfigError):
+        return ""
+    t, q = stamped.transform.translation, stamped.transform.rotation
+    calibrated = se3.from_xyz_quat(np.array([t.x, t.y, t.z]), np.array([q.x, q.y, q.z, q.w]))
+    translation_m, rotation_rad = se3.errors(calibrated, mount)
+    return (f"from the described (URDF) mount: {translation_m * 1e3:.2f} mm, {math.degrees(rotation_rad):.3f} deg "
+            f"({stamped.header.frame_id} -> {frame})")

@@ -14,7 +14,8 @@ import mujoco
 import numpy as np
 
 from twinloop_twin.physics import ARM_JOINTS, UnmodelledEffects
-from twinloop_twin.scene import actuator_ids, delayed_target, joint_dof_addresses, joint_qpos_addresses
+from twinloop_twin.scene import (actuator_ids, camera_offset_transform, delayed_target, joint_dof_addresses,
+                                 joint_qpos_addresses)
 
 SMOOTHING = 0.1  # the Stribeck term's sign is tanh(v / (SMOOTHING * velocity)): no chatter at rest
 
@@ -74,6 +75,8 @@ def effects_text(effects: UnmodelledEffects) -> str:
     if effects.payload is not None:
         parts.append(f"a {effects.payload.mass_kg:g} kg payload the description lacks")
     for offset in effects.camera_offsets:
-        parts.append(f"{offset.camera} {math.hypot(*offset.xyz_m) * 1e3:.1f} mm / "
-                     f"{max(abs(a) for a in offset.rpy_deg):g} deg (largest angle) off its described mount")
+        rotation = camera_offset_transform(offset)[:3, :3]
+        angle = math.degrees(math.acos(max(-1.0, min(1.0, (np.trace(rotation) - 1.0) / 2.0))))
+        parts.append(f"{offset.camera} {math.hypot(*offset.xyz_m) * 1e3:.1f} mm / {angle:.2f} deg off its described "
+                     "mount")
     return ", ".join(parts) or "none"

@@ -215,8 +215,9 @@ def _unmodelled(check: _Checker, raw: Any) -> UnmodelledEffects:
             for key, unit in (("xyz_m", "metres"), ("rpy_deg", "degrees")):
                 vector = values[key]
                 if not isinstance(vector, (list, tuple)) or len(vector) != 3:
+                    axes = "[x, y, z]" if key == "xyz_m" else "[roll, pitch, yaw] (about fixed x, y, z, as in URDF)"
                     raise check.error(f"{prefix}.{name}.{key}", f"must be a list of 3 numbers, got {vector!r}",
-                                      f"write it as [x, y, z] in {unit}, in the camera's described optical frame")
+                                      f"write it as {axes} in {unit}, in the camera's described optical frame")
                 vectors[key] = tuple(check.number(v, f"{prefix}.{name}.{key}") for v in vector)
             offsets.append(CameraOffset(name, vectors["xyz_m"], vectors["rpy_deg"]))
     return UnmodelledEffects(stribeck, backlash, payload, tuple(offsets))

@@ -41,7 +41,7 @@ import numpy as np
 
 from twinloop_twin.geometry_layer import GeometryLayer, apply_to_spec, with_measured_box
 from twinloop_twin.physics import (ARM_JOINTS, COMMANDED_JOINTS, FINGER_JOINTS, CameraOffset, PhysicsConfigError,
-                                   WorkcellPhysics)
+                                   WorkcellPhysics, load_physics)
 from twinloop_twin.workcell import CharucoBoardSpec, WorkcellDescription, urdf_for_mujoco
 
 TIMESTEP_S = 0.001
@@ -320,6 +320,14 @@ def check_camera_offsets(physics: WorkcellPhysics, workcell: WorkcellDescription
         raise PhysicsConfigError(f"{physics.source}: key 'unmodelled.camera_offsets' names {', '.join(unknown)}, "
                                  f"not a camera of the workcell; name one of {sorted(workcell.cameras)}")
     return offsets
+
+
+def load_truth(path: Path | str, workcell: WorkcellDescription) -> WorkcellPhysics:
+    """A physics file for a simulated cell of `workcell`: every key checked, its camera
+    offsets naming the workcell's cameras (PhysicsConfigError naming the file and key)."""
+    physics = load_physics(path)
+    check_camera_offsets(physics, workcell)
+    return physics
 
 
 def _add_cameras(spec: mujoco.MjSpec, workcell: WorkcellDescription, physics: WorkcellPhysics) -> None:

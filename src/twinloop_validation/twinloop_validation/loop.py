@@ -203,6 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"twinloop loop: error: truth file {truth} not found; give an existing physics YAML "
               "(e.g. config/emulated_truth.yaml)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if not args.no_workcell:
+        from twinloop_twin.physics import PhysicsConfigError
+        from twinloop_twin.scene import load_truth
+        from twinloop_twin.workcell import load_workcell
+
+        try:
+            load_truth(truth, load_workcell())
+        except PhysicsConfigError as error:
+            print(f"twinloop loop: error: --truth-file: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if not args.resume:
         run_dir = Path(args.run_dir or Path("runs") / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).resolve()
         if run_dir.exists():
