@@ -135,6 +135,26 @@ def read_camera_mount(path: Path | str, setup: str) -> tuple[str, np.ndarray]:
     return parent, se3.from_xyz_quat(translation, quaternion)
 
 
+def from_described_mount(camera: str, parent: str, parent_T_camera: np.ndarray, workcell=None,
+                         kinematics=None) -> tuple[float, float] | None:
+    """(translation m, rotation rad) of a calibrated camera pose `parent_T_camera` from the
+    mount the workcell description gives the camera's optical frame, in the same parent
+    frame; None where the description has no such camera or frame. `workcell` and
+    `kinematics` (twinloop_twin's) are loaded when not given."""
+    from twinloop_twin.kinematics import UrdfTransforms
+    from twinloop_twin.workcell import load_workcell
+
+    workcell = workcell or load_workcell()
+    kinematics = kinematics or UrdfTransforms(workcell.urdf_xml)
+    home = workcell.home_joint_positions
+    try:
+        frame = workcell.cameras[camera].color_optical_frame
+        mount = se3.inv(kinematics.world_T_link(parent, home)) @ kinematics.world_T_link(frame, home)
+    except KeyError:
+        return None
+    return se3.errors(parent_T_camera, mount)
+
+
 def report(result: HandEyeResult, *, title: str = "hand-eye calibration",
            time_offset: TimeOffsetResult | None = None, target_spacing_m: float | None = None) -> str:
     """The result for a person; `target_spacing_m` (the target's square or dot spacing) puts

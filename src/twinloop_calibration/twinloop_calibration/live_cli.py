@@ -89,23 +89,22 @@ def run(args) -> int:
     return run_live(PROG, body)
 
 
+
 def _from_described_mount(camera: str, stamped) -> str:
     """How far the calibrated camera is from the mount the robot description gives it, in
     one line ('' where the description has no such camera or frame)."""
     from twinloop_calibration import se3
-    from twinloop_twin.kinematics import UrdfTransforms
-    from twinloop_twin.workcell import WorkcellConfigError, load_workcell
+    from twinloop_calibration.calibration_io import from_described_mount
+    from twinloop_twin.workcell import WorkcellConfigError
 
-    try:
-        workcell = load_workcell()
-        kinematics = UrdfTransforms(workcell.urdf_xml)
-        frame = workcell.cameras[camera].color_optical_frame
-        mount = np.linalg.inv(kinematics.world_T_link(stamped.header.frame_id, workcell.home_joint_positions)) \
-            @ kinematics.world_T_link(frame, workcell.home_joint_positions)
-    except (KeyError, WorkcellConfigError):
-        return ""
     t, q = stamped.transform.translation, stamped.transform.rotation
     calibrated = se3.from_xyz_quat(np.array([t.x, t.y, t.z]), np.array([q.x, q.y, q.z, q.w]))
-    translation_m, rotation_rad = se3.errors(calibrated, mount)
+    try:
+        distance = from_described_mount(camera, stamped.header.frame_id, calibrated)
+    except WorkcellConfigError:
+        return ""
+    if distance is None:
+        return ""
+    translation_m, rotation_rad = distance
     return (f"from the described (URDF) mount: {translation_m * 1e3:.2f} mm, {math.degrees(rotation_rad):.3f} deg "
-            f"({stamped.header.frame_id} -> {frame})")
+            f"({stamped.header.frame_id} -> {camera}'s optical frame)")

@@ -99,7 +99,7 @@ def _calibrations(folder: Path) -> list[dict]:
     static camera, the link it rides on for a wrist camera; fixed either way)."""
     import yaml
 
-    from twinloop_calibration.calibration_io import CalibrationFileError, read_camera_mount
+    from twinloop_calibration.calibration_io import CalibrationFileError, from_described_mount, read_camera_mount
     from twinloop_twin.kinematics import UrdfTransforms
     from twinloop_twin.workcell import load_workcell
 
@@ -122,16 +122,11 @@ def _calibrations(folder: Path) -> list[dict]:
         if workcell is None:
             workcell = load_workcell()
             kinematics = UrdfTransforms(workcell.urdf_xml)
-        try:
-            camera = workcell.cameras[entry["camera"]].color_optical_frame
-            mount = np.linalg.inv(kinematics.world_T_link(parent, {})) @ kinematics.world_T_link(camera, {})
-        except KeyError:  # a camera or frame the description does not have: nothing to compare with
-            mount = None
-        if mount is not None:
-            difference = np.linalg.inv(mount) @ parent_T_camera
-            angle = math.degrees(math.acos(max(-1.0, min(1.0, (np.trace(difference[:3, :3]) - 1.0) / 2.0))))
-            entry["from_urdf_mount"] = {"translation_mm": round(float(np.linalg.norm(difference[:3, 3])) * 1e3, 3),
-                                        "rotation_deg": round(angle, 4)}
+        # a camera or frame the description does not have: nothing to compare with
+        distance = from_described_mount(str(entry["camera"]), parent, parent_T_camera, workcell, kinematics)
+        if distance is not None:
+            entry["from_urdf_mount"] = {"translation_mm": round(distance[0] * 1e3, 3),
+                                        "rotation_deg": round(math.degrees(distance[1]), 4)}
         found.append(entry)
     return found
 
