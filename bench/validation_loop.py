@@ -1,12 +1,12 @@
 """The loop on the emulated cell with all four variation modes, measured in one run:
-`twinloop loop --modes nominal,posterior,wide,oracle` (identify v1 from recordings, train a
-carry policy per mode, held-out trials of each on the cell scored against v1, compare,
-fit trials, the correction into v2 and the same trials scored against v2), then the numbers
-issue 16 sets goals for, read from the run's reports.
+`twinloop loop --modes nominal,posterior,wide,oracle` (the scanned geometry v1, identify v2
+on it from recordings, train a carry policy per mode, held-out trials of each on the cell
+scored against v2, compare, fit trials, the correction into v3 and the same trials scored
+against v3), then the numbers issue 16 sets goals for, read from the run's reports.
 
 Prints per mode: real success and its 95 % interval, its ratio to the oracle-trained
-policy's, v1's (and v2's) predicted success, the staleness verdict; Pearson r and MMRV of
-v1's and v2's predictions over the modes (the loop prints them; `twinloop validate
+policy's, the identified twin's (and the corrected one's) predicted success, the staleness
+verdict; Pearson r and MMRV of both twins' predictions over the modes (the loop prints them; `twinloop validate
 compare`); the wall time of each stage. Goals: posterior >= 0.95 x oracle, nominal <= 0.6 x
 oracle, r >= 0.9.
 
@@ -62,17 +62,21 @@ def main() -> int:
     oracle = reports["oracle"]["summary"]["real_rate"]
     print(f"truth {truth}; {args.trials} held-out trials per mode; {'quick' if args.quick else 'default'} setting; "
           f"the loop's wall time {wall / 60:.1f} min")
-    corrected = {m: run_dir / "validation" / f"carry_{m}-v2" / "report.json" for m in MODES}
-    print("mode       real success (95 % CI)       / oracle   v1 predicts   v2 predicts   v1 staleness")
+    identified = reports["oracle"]["twin"].rsplit("/v", 1)[1]  # the version the rounds scored against
+    then = int(identified) + 1
+    corrected = {m: run_dir / "validation" / f"carry_{m}-v{then}" / "report.json" for m in MODES}
+    print(f"mode       real success (95 % CI)       / oracle   v{identified} predicts   v{then} predicts   "
+          f"v{identified} staleness")
     for mode, report in reports.items():
         s = report["summary"]
         ratio = s["real_rate"] / oracle if oracle > 0 else float("nan")
         z = s["staleness"]["median_z"]
-        v2 = json.loads(corrected[mode].read_text())["summary"] if corrected[mode].is_file() else None
+        again = json.loads(corrected[mode].read_text())["summary"] if corrected[mode].is_file() else None
         print(f"{mode:10s} {s['real_successes']:2d}/{s['trials']} {s['real_rate']:4.0%} "
               f"({s['real_interval'][0]:.0%}-{s['real_interval'][1]:.0%})   x{ratio:4.2f}    "
               f"{s['twin_successes']:2d}/{s['trials']} {s['twin_rate']:4.0%}    "
-              + (f"{v2['twin_successes']:2d}/{v2['trials']} {v2['twin_rate']:4.0%}    " if v2 else "  -           ")
+              + (f"{again['twin_successes']:2d}/{again['trials']} {again['twin_rate']:4.0%}    " if again
+                 else "  -           ")
               + f"{'-' if z is None else f'median z {z:.2f}'}; failure modes "
               + ", ".join(f"{k} {v}" for k, v in s["failure_modes"].items() if v))
     print(f"run folder (bags, twins, policies, validation pages): {run_dir}")

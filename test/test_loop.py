@@ -1,7 +1,8 @@
 """`make demo`'s main job, `twinloop loop`, in its quick setting on a drawn truth (physics
 never tuned to, both cameras off the mounts the description gives: a bumped static
 camera, a wrist camera mounted by hand): the static camera calibrated (the box tracker
-places it by that from then on), identification recordings, the identified twin, two
+places it by that from then on), the wrist camera's scan and the scanned twin v1 (placed by
+the wrist camera's calibration), identification recordings, the identified twin v2, two
 policies trained, held-out trials of each scored against the identified twin, the
 comparison, fit-split trials and the correction; then the same run resumed (nothing run
 again) and resumed after its last stages were lost; then the README's lines after a
@@ -13,8 +14,10 @@ outcome and end pose of every trial against the box's ground truth in the trial 
 1.5 cm off: 2.4 cm at the box's start on this seed); the calibrations against where the
 cameras are; the identified twin judged current (not stale) by trials on the cell it was
 identified from, and stale by the first round after the change; identification improving
-the held-out replay; the correction's decision against the rounds' numbers, and a
-corrected version's provenance against the bags' own splits.
+the held-out replay; the scanned table and box against the cell's (the emulated box starts
+where the description puts it), kept by the identified twin; the correction's decision
+against the rounds' numbers, and a corrected version's provenance against the bags' own
+splits.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from twinloop_twin.workcell import default_config_dir
 pytestmark = pytest.mark.ros
 TWINLOOP = str(Path(sys.executable).parent / "twinloop")
 AFTER_SEED = 2  # the cell after its change: another draw the README sequences pass (test_randomized_physics.py)
+SCANNED, IDENTIFIED = 1, 2  # the loop's twin versions: the scan's geometry, then physics on it
 SEED = 1  # a draw the README sequences pass (test_randomized_physics.py); seed 4 faulted the pushes until the monitor let a hand pressed into its margin band move back (test_envelope.py)
 
 
@@ -53,11 +57,12 @@ def test_quick_loop_on_drawn_physics(tmp_path):
     print(done.stdout, done.stderr[-3000:])
     assert done.returncode == 0, done.stderr[-3000:]
     # identification improved the held-out replay of the identified twin
-    report = yaml.safe_load((run_dir / "twins" / "emulated" / "v1" / "identification" / "report.yaml").read_text())
+    report = yaml.safe_load((run_dir / "twins" / "emulated" / f"v{IDENTIFIED}" / "identification" / "report.yaml")
+                            .read_text())
     assert report["held_out"]["joint_rmse_after_rad"] < 0.5 * report["held_out"]["joint_rmse_before_rad"]
     for policy in ("carry_nominal", "carry_posterior"):
         round_report = json.loads((run_dir / "validation" / policy / "report.json").read_text())
-        assert round_report["twin"] == "emulated/v1" and len(round_report["trials"]) == 2
+        assert round_report["twin"] == f"emulated/v{IDENTIFIED}" and len(round_report["trials"]) == 2
         for trial in round_report["trials"]:
             with open_bag(trial["bag"]) as recording:
                 assert recording.session.split == "held_out"
@@ -79,6 +84,7 @@ def test_quick_loop_on_drawn_physics(tmp_path):
         assert (run_dir / "validation" / policy / "report.html").is_file()
     assert "MMRV" in done.stdout
     _calibration(run_dir, truth)
+    _geometry(run_dir, done.stdout)
     _fixture(run_dir, done.stdout)
     _correction(run_dir, done.stdout)
     _run_report(run_dir, done.stdout)
@@ -145,6 +151,35 @@ def _calibration(run_dir: Path, truth) -> None:
         assert f"camera pose from {path}" in log.read_text(), log
 
 
+def _geometry(run_dir: Path, stdout: str) -> None:
+    """The scanned twin v1: the table top and the box's start (the emulated box starts where
+    the description puts it) as measured from the wrist camera's scan, placed by its
+    calibration (the tolerances of test_geometry_scan.py: 2 mm, 5 mm); no object the cell
+    lacks; the identified twin on it keeps that geometry."""
+    from twinloop_twin.bundle import load_twin_version
+    from twinloop_twin.nominal import twin_geometry
+    from twinloop_twin.workcell import load_workcell
+
+    described = load_workcell()
+    scanned = load_twin_version(run_dir / "twins", "emulated", SCANNED)
+    assert scanned.manifest.provenance.created_by == "geometry" and scanned.manifest.provenance.parent_version == 0
+    assert [b.split for b in scanned.manifest.provenance.source_bags] == ["fit"], scanned.manifest.provenance
+    assert "--calibration calibration/emulated/wrist_camera.yaml" in (run_dir / "log" / "stages.log").read_text()
+    layer = twin_geometry(scanned)
+    table_mm = (layer.table_top_height_m - described.table_top_height_m) * 1e3
+    box_mm = np.linalg.norm(np.array(layer.box_position_m) - np.array(described.box.world_position_m)) * 1e3
+    print(f"scanned twin: table top {table_mm:+.2f} mm, box start {box_mm:.2f} mm from the cell's; "
+          f"objects {[o.name for o in layer.objects]}")
+    assert abs(table_mm) <= 2.0 and box_mm <= 5.0 and not layer.objects
+    identified = load_twin_version(run_dir / "twins", "emulated", IDENTIFIED)
+    assert identified.manifest.provenance.parent_version == SCANNED and twin_geometry(identified) == layer
+    assert f"scanned geometry: {run_dir / 'twins' / 'emulated' / f'v{SCANNED}'}" in stdout
+
+
+def page_text(run_dir: Path) -> str:
+    return (run_dir / "report.html").read_text()
+
+
 def _fixture(run_dir: Path, stdout: str) -> None:
     """The last phase: with a fixture in the monitor's envelope, the move behind it and the
     reset home both went around it (the straight line between them crosses it), and the
@@ -199,31 +234,35 @@ def _run_report(run_dir: Path, stdout: str) -> None:
         report = json.loads((run_dir / "validation" / entry["folder"] / "report.json").read_text())
         assert entry["real_successes"] == sum(t["real_success"] for t in report["trials"])
         assert entry["twin_successes"] == sum(t["twin_success"] for t in report["trials"])
-    assert "emulated/v1" in body["agreement"]
+    assert f"emulated/v{IDENTIFIED}" in body["agreement"]
+    geometry = {t["version"]: t["geometry"] for t in body["twins"]}
+    assert geometry[0] is None and geometry[SCANNED] == geometry[IDENTIFIED] is not None
+    assert "table top" in page_text(run_dir)
     page = (run_dir / "report.html").read_text()
     assert page.count("Plotly.newPlot") >= 2 and not re.search(r"<script[^>]*\bsrc=", page)
 
 
 def _correction(run_dir: Path, stdout: str) -> None:
-    """The loop corrected v1 exactly when its rounds implicate a parameter; a corrected v2
-    was fit on fit-split bags only (their own session metadata), the held-out trials scored it."""
+    """The loop corrected the identified twin exactly when its rounds implicate a parameter;
+    a corrected version was fit on fit-split bags only (their own session metadata), the
+    held-out trials scored it."""
     from twinloop_builder.recording import bag_sha256
     from twinloop_twin.bundle import list_versions, load_twin_version
     from twinloop_validation.correction import implicate
 
     rounds = [json.loads((run_dir / "validation" / p / "report.json").read_text())
               for p in ("carry_nominal", "carry_posterior")]
-    v1 = load_twin_version(run_dir / "twins", "emulated", 1)
-    implicated = implicate(rounds, list(v1.parameters)).names
+    identified = load_twin_version(run_dir / "twins", "emulated", IDENTIFIED)
+    implicated = implicate(rounds, list(identified.parameters)).names
     print("the rounds implicate", implicated or "nothing")
     versions = list_versions(run_dir / "twins", "emulated")
     if not implicated:
-        assert versions == [0, 1] and "found nothing to correct" in stdout
+        assert versions == [0, SCANNED, IDENTIFIED] and "found nothing to correct" in stdout
         return
-    assert versions == [0, 1, 2]
-    v2 = load_twin_version(run_dir / "twins", "emulated", 2)
-    provenance = v2.manifest.provenance
-    assert provenance.created_by == "correction" and provenance.parent_version == 1
+    assert versions == [0, SCANNED, IDENTIFIED, IDENTIFIED + 1]
+    corrected = load_twin_version(run_dir / "twins", "emulated", IDENTIFIED + 1)
+    provenance = corrected.manifest.provenance
+    assert provenance.created_by == "correction" and provenance.parent_version == IDENTIFIED
     held_out = {bag_sha256(t["bag"]) for r in rounds for t in r["trials"]}
     for bag in provenance.source_bags:
         with open_bag(bag.path) as recording:
@@ -231,9 +270,9 @@ def _correction(run_dir: Path, stdout: str) -> None:
         assert bag.split == "held_out" or bag.sha256 not in held_out, bag
     assert held_out <= {b.sha256 for b in provenance.source_bags if b.split == "held_out"}
     for policy in ("carry_nominal", "carry_posterior"):
-        again = json.loads((run_dir / "validation" / f"{policy}-v2" / "report.json").read_text())
+        again = json.loads((run_dir / "validation" / f"{policy}-v{IDENTIFIED + 1}" / "report.json").read_text())
         first = json.loads((run_dir / "validation" / policy / "report.json").read_text())
-        assert again["twin"] == "emulated/v2" and [t["bag"] for t in again["trials"]] == [t["bag"] for t in first["trials"]]
+        assert again["twin"] == f"emulated/v{IDENTIFIED + 1}" and [t["bag"] for t in again["trials"]] == [t["bag"] for t in first["trials"]]
 
 
 def _resume(tmp_path: Path, run_dir: Path, stdout: str) -> None:
@@ -277,10 +316,10 @@ def _readme_after_a_change() -> list[str]:
 
 def _after_a_change_of_the_cell(tmp_path: Path, run_dir: Path, truth) -> None:
     """The README's lines after a change of the cell, in the loop's run folder: the cell
-    brought up again on another drawn physics (the cameras where they were) judges v1
-    stale in one round (the loop's rounds before the change judged it current); the
-    correction from a new excitation leaves v1's own recordings out and its version is
-    judged current on the changed cell."""
+    brought up again on another drawn physics (the cameras where they were) judges the
+    identified twin stale in one round (the loop's rounds before the change judged it
+    current); the correction from a new excitation leaves the identified twin's own
+    recordings out and its version is judged current on the changed cell."""
     import time
 
     from twinloop_twin.bundle import load_twin
@@ -314,16 +353,16 @@ def _after_a_change_of_the_cell(tmp_path: Path, run_dir: Path, truth) -> None:
         stale_run = run(lines[0])
         stale_round = Path(stale_run.stdout.split("report: ", 1)[1].split(" and ", 1)[0]).parent
         stale = json.loads((run_dir / stale_round / "report.json").read_text())["summary"]["staleness"]
-        print("v1 after the change:", stale["evidence"])
+        print(f"v{IDENTIFIED} after the change:", stale["evidence"])
         assert stale["stale"] is True, stale
         fit_bag = run(lines[1]).stdout.strip().splitlines()[-1]
         corrected = run(lines[2].replace("ROUND", str(stale_round)).replace("FIT_BAG", fit_bag), 900)
         assert "left out" in corrected.stdout + corrected.stderr
         next_version = corrected.stdout.strip().splitlines()[-1]
         twin = load_twin(run_dir / next_version)
-        assert twin.manifest.provenance.created_by == "correction" and twin.manifest.provenance.parent_version == 1
+        assert twin.manifest.provenance.created_by == "correction" and twin.manifest.provenance.parent_version == IDENTIFIED
         fitted = [Path(b.path).name for b in twin.manifest.provenance.source_bags if b.split == "fit"]
-        assert fitted == [Path(fit_bag).name], fitted  # v1's own, from before the change, left out
+        assert fitted == [Path(fit_bag).name], fitted  # the identified twin's own, from before the change, left out
         current_run = run(lines[3].replace("NEXT", next_version))
         current_round = Path(current_run.stdout.split("report: ", 1)[1].split(" and ", 1)[0]).parent
         current = json.loads((run_dir / current_round / "report.json").read_text())["summary"]["staleness"]

@@ -13,23 +13,30 @@ twins/, bags/, policies, validation/, log/):
    --camera static_camera`: views planned and moved to through the envelope monitor; the
    wrist camera, seeing the same target, is calibrated with it); the node set is started
    again with the box tracker placing the camera by that calibration (`twinloop bringup
-   --tracker-calibration`), as it stays for the rest of the run; then
-   identification recordings through the envelope monitor, a joint excitation (fit),
+   --tracker-calibration`), as it stays for the rest of the run; then the wrist camera's
+   scan of the table (`twinloop build excite --kind scan`, held still at each view) and
+   the identification recordings through the envelope monitor, a joint excitation (fit),
    another (held-out, other seed), the box's pushes and lift (fit) (`twinloop build
-   excite`); then the node set is stopped;
-3. the identified twin v1 (`twinloop build build`: physics with uncertainty);
+   excite`; the scan first, while the box stands where it starts); then the node set is
+   stopped;
+3. the scanned twin v1 (`twinloop build geometry --calibration` the wrist camera's file:
+   the measured table, the box's measured start pose, any object the description lacks),
+   then the identified twin v2 on it (`twinloop build build`: physics with uncertainty;
+   it keeps v1's geometry). Below, "the identified twin" is v2;
 4. a carry policy per variation mode (`twinloop policy train`): by default `nominal`
-   (trained in v0) and `posterior` (in v1, from its uncertainty); `wide` (v1, hand-set
-   ranges) and `oracle` (the truth file: a measurement only the emulated cell allows);
+   (trained in v0) and `posterior` (in the identified twin, from its uncertainty); `wide`
+   (the identified twin, hand-set ranges) and `oracle` (the truth file: a measurement only
+   the emulated cell allows);
 5. with the node set up again: held-out trials of each policy on the cell, scored against
-   v1 (`twinloop validate run`): real success from the box tracker, v1's prediction,
-   errors, staleness; then fit-split trials of each policy (`twinloop trials run --split
-   fit`): new data for the correction, never judged;
-6. how well v1 predicts and ranks the policies (`twinloop validate compare`);
-7. the correction (`twinloop validate correct`): v2 from v1's mismatch, re-identified on
-   v1's fit bags and the fit trials; the same held-out trials scored against v2
-   (`twinloop validate score`) and compared, so that v1 and v2 stand side by side. When
-   the rounds implicate nothing, v1 stays the twin and the loop says so;
+   the identified twin (`twinloop validate run`): real success from the box tracker, the
+   twin's prediction, errors, staleness; then fit-split trials of each policy (`twinloop
+   trials run --split fit`): new data for the correction, never judged;
+6. how well the identified twin predicts and ranks the policies (`twinloop validate compare`);
+7. the correction (`twinloop validate correct`): the next version from the identified
+   twin's mismatch, re-identified on its fit bags and the fit trials; the same held-out
+   trials scored against it (`twinloop validate score`) and compared, so that both stand
+   side by side. When the rounds implicate nothing, the identified twin stays and the loop
+   says so;
 8. with the node set up once more, its envelope monitor given a fixture on the table (a
    keep-out box, `--envelope`; where the carry's box and goal lie, so only in this phase):
    `twinloop plan move` behind the fixture, then the reset home around it, both planned
@@ -78,6 +85,7 @@ TWINLOOP = str(Path(sys.executable).parent / "twinloop")
 EXIT_BAD_INPUT, EXIT_NOT_UP, EXIT_FAILED, EXIT_CANCELED = 2, 3, 4, 130
 MODES = ("nominal", "posterior", "wide", "oracle")
 TRACKER_CAMERA = "static_camera"  # the box tracker's camera (config/box_tracker.yaml), calibrated first
+SCAN_CAMERA = "wrist_camera"  # the geometry scan's camera, calibrated with the static one (it locates the target)
 QUICK = {"fit_s": 8, "held_out_s": 5, "training": "--contexts 2 --draws 4 --iterations 2 --episodes 16", "trials": 2,
          "fit_trials": 1}
 FULL = {"fit_s": 15, "held_out_s": 8, "training": "", "trials": 10, "fit_trials": 2}
@@ -309,6 +317,11 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
     if cell.tracker_calibration != calibration:
         cell.stop()  # started again for the next stage, the tracker placing the camera by the calibration
         cell.tracker_calibration = calibration
+    scan = _bag(loop.recording("twinloop build excite --kind scan --split fit"))
+    wrist = calibration.parent / f"{SCAN_CAMERA}.yaml"  # written beside it: the camera that located the target
+    geometry = _wrote(loop.stage(f"twinloop build geometry --scan {scan}"
+                                 + (f" --calibration {wrist.relative_to(loop.run_dir)}" if wrist.is_file() else "")),
+                      loop.run_dir)
     fit = _bag(loop.recording(f"twinloop build excite --kind joints --split fit --duration {setting['fit_s']}"))
     held_out = _bag(loop.recording(f"twinloop build excite --kind joints --split held_out --seed 7 "
                                    f"--duration {setting['held_out_s']}"))
@@ -316,14 +329,14 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
     if cell.process is not None:
         cell.stop()
         loop.say("node set stopped: identification and training have the cores")
-    loop.stage(f"twinloop build build --fit {fit} {pushes} --held-out {held_out}")
+    identified = _wrote(loop.stage(f"twinloop build build --fit {fit} {pushes} --held-out {held_out}"), loop.run_dir)
     for mode in modes:
         source = {"nominal": "--twin twins/emulated/v0", "oracle": f"--oracle-physics {truth}"}.get(
-            mode, "--twin twins/emulated/v1")
+            mode, f"--twin {identified}")
         loop.stage(f"twinloop policy train carry_{mode} --mode {mode} {source} {setting['training']}".strip())
     rounds = []
     for mode in modes:
-        loop.stage(f"twinloop validate run carry_{mode} --twin twins/emulated/v1 -n {setting['trials']} "
+        loop.stage(f"twinloop validate run carry_{mode} --twin {identified} -n {setting['trials']} "
                    f"--output validation/carry_{mode}", cell=True)
         rounds.append(loop.run_dir / "validation" / f"carry_{mode}")
     fit_trials = []
@@ -333,7 +346,7 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
     cell.stop()
     if len(rounds) > 1:
         loop.stage("twinloop validate compare " + " ".join(f"validation/{r.name}" for r in rounds))
-    out = loop.stage("twinloop validate correct --twin twins/emulated/v1 --round "
+    out = loop.stage(f"twinloop validate correct --twin {identified} --round "
                      + " ".join(f"validation/{r.name}" for r in rounds) + " --fit " + " ".join(fit_trials))
     corrected = out.strip().splitlines()[-1] if out.strip() else ""
     rescored = []
@@ -348,12 +361,12 @@ def _stages(loop: Loop, cell: NodeSet, setting: dict, modes: list[str], truth: P
         if len(rescored) > 1:
             loop.stage("twinloop validate compare " + " ".join(f"validation/{r.name}" for r in rescored))
     else:
-        loop.say("the correction found nothing to correct: v1 stays the twin")
+        loop.say(f"the correction found nothing to correct: {Path(identified).name} stays the twin")
     fixture_moves = _fixture_moves(loop, cell)
     loop.stage("twinloop validate report .", once=False)  # the run's page, from everything on disk now
     loop.say("")
-    loop.say(f"the loop ran in {time.monotonic() - loop.started:.0f} s; identified twin: "
-             f"{loop.run_dir / 'twins' / 'emulated' / 'v1'}"
+    loop.say(f"the loop ran in {time.monotonic() - loop.started:.0f} s; scanned geometry: {loop.run_dir / geometry}; "
+             f"identified twin: {loop.run_dir / identified}"
              + (f"; corrected: {loop.run_dir / corrected}" if rescored else ""))
     for line, seconds in loop.stages:
         loop.say(f"  {seconds:6.0f} s  {line}")
@@ -410,6 +423,15 @@ def _written(stdout: str, run_dir: Path) -> Path:
     if not lines:
         raise StageFailed("`twinloop calibrate` said no `written:` file; its output is in log/stages.log")
     return run_dir / lines[-1]  # an absolute path stays as it is
+
+
+def _wrote(stdout: str, run_dir: Path) -> str:
+    """The twin version a build wrote (its line `wrote PATH`), relative to the run folder."""
+    lines = [line[len("wrote "):].split(" (v")[0].strip() for line in stdout.splitlines() if line.startswith("wrote ")]
+    if not lines:
+        raise StageFailed("the build said no `wrote` version; its output is in log/stages.log")
+    path = Path(lines[-1])
+    return str(path.relative_to(run_dir) if path.is_absolute() and path.is_relative_to(run_dir) else path)
 
 
 def _trial_bags(stdout: str) -> list[str]:

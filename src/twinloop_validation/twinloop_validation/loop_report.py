@@ -8,8 +8,9 @@ What it reads, and nothing else (no number is recomputed from a model):
   setup, 1-sigma uncertainty, reprojection and held-out residuals, views used, and how far
   the calibrated pose lies from the camera's mount in the workcell description;
 - the twin versions under twins/<workcell>/: provenance (what made each, its parent, why),
-  every parameter as mean ± std with its identifiable flag, each version's standing
-  (twinloop_twin.status);
+  every parameter as mean ± std with its identifiable flag, the measured geometry a version
+  carries (table top, the box's start pose, objects the description lacks: its
+  inputs/geometry.yaml), each version's standing (twinloop_twin.status);
 - the validation rounds under validation/*/report.json: real and predicted success with
   their 95 % intervals, failure modes, envelope interventions, staleness; per twin version
   the sim-vs-real agreement over the policies (Pearson r, MMRV: twinloop_twin.statistics);
@@ -38,6 +39,7 @@ def collect(run_dir: Path, workcell: str = "emulated") -> dict:
     """The run's numbers, read from its artefacts."""
     from twinloop_logging.bag_reader import BagError, open_bag
     from twinloop_twin.bundle import list_versions, load_twin_version
+    from twinloop_twin.nominal import twin_geometry
     from twinloop_twin.statistics import sim_real_agreement
     from twinloop_twin.status import load_verdicts
 
@@ -52,12 +54,16 @@ def collect(run_dir: Path, workcell: str = "emulated") -> dict:
         twin = load_twin_version(root, workcell, version)
         provenance = twin.manifest.provenance
         verdict = verdicts.get(version)
+        layer = twin_geometry(twin)
         twins.append({
             "version": version, "created_by": provenance.created_by, "parent": provenance.parent_version,
             "created_at": provenance.created_at, "note": provenance.note or "",
             "source_bags": [{"path": b.path, "split": b.split, "purpose": b.purpose} for b in provenance.source_bags],
             "standing": None if verdict is None else {"state": verdict.state, "evidence": verdict.evidence,
                                                       "round": verdict.round},
+            "geometry": None if layer is None else {
+                "table_top_height_m": layer.table_top_height_m, "box_position_m": list(layer.box_position_m),
+                "box_quat_wxyz": list(layer.box_quat_wxyz), "objects": [o.name for o in layer.objects]},
             "parameters": {n: {"mean": p.mean, "std": p.std, "identifiable": p.identifiable, "unit": p.unit}
                            for n, p in twin.parameters.items()}})
     rounds = []
@@ -186,7 +192,8 @@ def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, 
     lineage = "".join(
         f"<tr><td>v{t['version']}</td><td>{html.escape(t['created_by'])}</td>"
         f"<td>{'-' if t['parent'] is None else 'v' + str(t['parent'])}</td>"
-        f"<td>{html.escape(_standing(t['standing']))}</td><td>{html.escape(t['note'])}</td></tr>" for t in body["twins"])
+        f"<td>{html.escape(_standing(t['standing']))}</td><td>{html.escape(_geometry(t['geometry']))}</td>"
+        f"<td>{html.escape(t['note'])}</td></tr>" for t in body["twins"])
     rounds = "".join(
         f"<tr><td>{html.escape(r['folder'])}</td><td>{html.escape(r['policy'])}</td><td>{html.escape(r['twin'])}</td>"
         f"<td>{r['real_successes']}/{r['trials']}</td><td>{r['twin_successes']}/{r['trials']}</td>"
@@ -212,7 +219,7 @@ def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, 
             "<th>reprojection / held-out RMS (px)</th><th>uncertainty (1 sigma)</th><th>from the URDF mount</th></tr>"
             f"{calibrations or '<tr><td colspan=7>no calibration in this run</td></tr>'}</table>"
             "<h2>Twin versions (lineage)</h2><table><tr><th>version</th><th>made by</th><th>parent</th>"
-            f"<th>standing</th><th>why</th></tr>{lineage}</table>"
+            f"<th>standing</th><th>measured geometry</th><th>why</th></tr>{lineage}</table>"
             "<h2>Validation rounds</h2><table><tr><th>round</th><th>policy</th><th>twin</th><th>real success</th>"
             "<th>twin predicts</th><th>commands rejected</th><th>faults</th><th>staleness</th></tr>"
             f"{rounds}</table>"
@@ -232,6 +239,15 @@ def _interval(rounds: list[dict], key: str) -> dict:
     low = np.array([r[f"{key}_interval"][0] for r in rounds])
     high = np.array([r[f"{key}_interval"][1] for r in rounds])
     return {"type": "data", "symmetric": False, "array": list(high - rates), "arrayminus": list(rates - low)}
+
+
+def _geometry(geometry: dict | None) -> str:
+    if geometry is None:
+        return "described"
+    x, y, z = geometry["box_position_m"]
+    objects = geometry["objects"]
+    return (f"table top {geometry['table_top_height_m']:.4f} m; box at ({x:.4f}, {y:.4f}, {z:.4f}) m; "
+            + (f"new objects: {', '.join(objects)}" if objects else "no new object"))
 
 
 def _two_digits(value) -> str:
