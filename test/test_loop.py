@@ -363,6 +363,8 @@ def _after_a_change_of_the_cell(tmp_path: Path, run_dir: Path, truth) -> None:
         assert twin.manifest.provenance.created_by == "correction" and twin.manifest.provenance.parent_version == IDENTIFIED
         fitted = [Path(b.path).name for b in twin.manifest.provenance.source_bags if b.split == "fit"]
         assert fitted == [Path(fit_bag).name], fitted  # the identified twin's own, from before the change, left out
+        geometry = "inputs/geometry.yaml"  # the scanned geometry goes on: the change was of the physics
+        assert (twin.path / geometry).read_text() == (run_dir / "twins" / "emulated" / f"v{SCANNED}" / geometry).read_text()
         current_run = run(lines[3].replace("NEXT", next_version))
         current_round = Path(current_run.stdout.split("report: ", 1)[1].split(" and ", 1)[0]).parent
         current = json.loads((run_dir / current_round / "report.json").read_text())["summary"]["staleness"]

@@ -49,8 +49,11 @@ class AssemblySettings:
 
 
 def geometry_layer(segmentation: Segmentation, parent_model: mujoco.MjModel, box_size_m, described_table_m: float,
-                   settings: AssemblySettings = AssemblySettings()) -> tuple[GeometryLayer, dict[str, Any]]:
-    """(the layer, a report of what each scanned object was taken for and the scale checks)."""
+                   settings: AssemblySettings = AssemblySettings(),
+                   box_quat_wxyz=(1.0, 0.0, 0.0, 0.0)) -> tuple[GeometryLayer, dict[str, Any]]:
+    """(the layer, a report of what each scanned object was taken for and the scale checks).
+    `box_quat_wxyz`: the box's described orientation; of the box's symmetric orientations the
+    scan cannot tell apart, the layer takes the one nearest it."""
     table_m = float(-segmentation.plane[3] / segmentation.plane[2])
     if abs(table_m - described_table_m) > settings.max_table_offset_m:
         raise GeometryBuildError(f"the scanned table top is at {table_m:.3f} m, {table_m - described_table_m:+.3f} m "
@@ -93,7 +96,8 @@ def geometry_layer(segmentation: Segmentation, parent_model: mujoco.MjModel, box
             entry["collision"] = f"its bounding box ({error})"
         scanned.append(_scanned(name, obj, meshes))
         report["objects"].append({**entry, "taken_for": f"new static object {name}"})
-    position, quat = _pose(box)
+    position, _ = _pose(box)
+    quat = _box_quat(box, np.asarray(box_size_m, float), box_quat_wxyz, settings.box_size_tolerance_m)
     # the box rests on the measured table: its centre half its described height above it
     position = (position[0], position[1], table_m + float(np.asarray(box_size_m, float)[2]) / 2.0)
     layer = GeometryLayer(table_m, position, quat, tuple(scanned))
@@ -109,7 +113,7 @@ def build_geometry_twin(root: Path | str, workcell: str, surface: FusedSurface, 
     description = load_twin_workcell(parent)
     physics = load_physics(parent.file_path("inputs/physics.yaml"))
     layer, report = geometry_layer(segmentation, load_scene(parent), description.box.size_m,
-                                   description.table_top_height_m, settings)
+                                   description.table_top_height_m, settings, description.box.world_quat_wxyz)
     layer = GeometryLayer(layer.table_top_height_m, layer.box_position_m, layer.box_quat_wxyz, layer.objects,
                           dict(source or {}))
     files: dict[str, bytes | Path] = scene_files(description, physics, layer)
@@ -168,6 +172,25 @@ def _is_robot(model: mujoco.MjModel, body: int) -> bool:
 def _pose(obj: TableObject) -> tuple[tuple[float, float, float], tuple[float, float, float, float]]:
     x, y, z, w = Rotation.from_matrix(obj.world_T_object[:3, :3]).as_quat()
     return tuple(float(v) for v in obj.world_T_object[:3, 3]), (float(w), float(x), float(y), float(z))
+
+
+def _box_quat(box: TableObject, size_m: np.ndarray, described_wxyz, tolerance_m: float) -> tuple[float, ...]:
+    """The scanned box's orientation (w, x, y, z): its frame turned about the table's normal
+    by the quarter turn whose edges match the described size (a scan sees the box's faces,
+    not which of its edges is its x) and that lies nearest the described orientation."""
+    w, x, y, z = (float(v) for v in described_wxyz)
+    described = Rotation.from_quat([x, y, z, w])
+    best, best_angle = None, np.inf
+    for quarter in range(4):
+        turned = box.world_T_object[:3, :3] @ Rotation.from_euler("z", quarter * np.pi / 2).as_matrix()
+        extents = box.size_m[[1, 0, 2]] if quarter % 2 else box.size_m
+        angle = (described.inv() * Rotation.from_matrix(turned)).magnitude()
+        if np.all(np.abs(extents - size_m) <= tolerance_m) and angle < best_angle:
+            best, best_angle = turned, angle
+    if best is None:  # (the box was found by its sorted extents, so one of the turns matches them)
+        best = box.world_T_object[:3, :3]
+    qx, qy, qz, qw = Rotation.from_matrix(best).as_quat()
+    return float(qw), float(qx), float(qy), float(qz)
 
 
 def _scanned(name: str, obj: TableObject, meshes: ObjectMeshes | None) -> ScannedObject:
