@@ -20,6 +20,7 @@ validation issue: within 2x the noise floor with the residual; exit status 1 whe
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import sys
@@ -64,6 +65,27 @@ def identify_on(truth, nominal, workcell, fit_length: float, held_length: float)
     return model, fit, held, time.monotonic() - started
 
 
+def again_with_the_load(model, nominal, workcell, fit, load):
+    """As the build does (twinloop_builder.build, a load found by the residual stage): the arm
+    identified again with the load on the hand, then the networks beside it. (the model
+    without the load, the networks' outcome)"""
+    from twinloop_builder import identification as ident
+    from twinloop_builder.residual_fit import fit_residual
+    from twinloop_twin.model_parameters import apply_parameters, read_parameters
+    from twinloop_twin.scene import add_hand_load, build_workcell_spec
+
+    spec = build_workcell_spec(workcell, nominal)
+    add_hand_load(spec, load[0], load[1], radius_m=0.0)
+    from twinloop_twin.nominal import physics_parameters
+    start = read_parameters(model, list(physics_parameters(nominal, source="nominal").means()))
+    result = ident.identify(spec, start, [fit])
+    with_load = spec.compile()
+    apply_parameters(with_load, result.values())
+    plain = build_workcell_spec(workcell, nominal).compile()
+    apply_parameters(plain, result.values())
+    return plain, fit_residual(with_load, [fit], find_load=False)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=None, help="draw the truth with this seed (default: the shipped "
@@ -78,7 +100,7 @@ def main() -> int:
                      "--held-length >= 2 s")
 
     from twinloop_builder.residual_fit import TwinModel, fit_residual, replay_errors, rmse
-    from twinloop_twin.residual import ResidualTorque
+    from twinloop_twin.residual import HAND_BODY, ResidualTorque, ResidualWeights
     from twinloop_twin.physics import load_physics
     from twinloop_twin.truth_draw import describe, draw_truth
     from twinloop_twin.workcell import default_config_dir, load_workcell
@@ -102,22 +124,44 @@ def main() -> int:
     model, fit, held, wall = identify_on(truth, nominal, workcell, args.fit_length, args.held_length)
     print(f"identified in {wall:.0f} s on the truth with the effects", flush=True)
     started = time.monotonic()
-    outcome = fit_residual(model, [fit], progress=lambda fraction, message: print(f"  {message}", flush=True))
+    outcome = fit_residual(model, [fit], stop_at_load=True,
+                           progress=lambda fraction, message: print(f"  {message}", flush=True))
+    twin = TwinModel(model)
+    identified_only = rmse([replay_errors(twin, held, None)])
+    if outcome.load is not None:
+        mass, offset = outcome.load
+        print(f"  a load on the hand: {mass:.3f} kg at {np.round(offset, 4).tolist()} m (the hand's frame); "
+              "identifying the arm again with it", flush=True)
+        model, networks = again_with_the_load(model, nominal, workcell, fit, outcome.load)
+        payload = np.array([mass, *offset, float(model.body_mass[model.body(HAND_BODY).id])])
+        weights = (ResidualWeights.load_only(payload) if networks.weights is None
+                   else dataclasses.replace(networks.weights, payload=payload))
+        outcome = dataclasses.replace(networks, weights=weights, load=outcome.load,
+                                      reason=f"a load on the hand, the arm identified again with it; beside it: "
+                                             f"{networks.reason}")
     row["residual_s"] = time.monotonic() - started
     twin = TwinModel(model)
     cpu = time.process_time()
     without = rmse([replay_errors(twin, held, None)])
     row["replay_cpu_s"] = {"without": time.process_time() - cpu}
-    residual = ResidualTorque(model, outcome.weights) if outcome.weights is not None else None
+    # (on a copy: the residual's point mass goes into the model it is given)
+    residual = ResidualTorque(copy.copy(model), outcome.weights) if outcome.weights is not None else None
     cpu = time.process_time()
     with_residual = rmse([replay_errors(twin, held, residual)]) if residual is not None else without
     row["replay_cpu_s"]["with"] = time.process_time() - cpu
+    without = identified_only  # the twin as identified, before the residual stage
     row.update(without_mrad=without[0] * 1e3, with_mrad=with_residual[0] * 1e3,
                estimated_floor_mrad=outcome.noise_floor_rad * 1e3, reason=outcome.reason,
                per_joint_mrad={f"panda_joint{i + 1}": [round(b * 1e3, 4), round(a * 1e3, 4)]
                                for i, (b, a) in enumerate(zip(without[1], with_residual[1]))})
     met = with_residual[0] <= GOAL_FACTOR * floor
     print(f"residual stage ({row['residual_s']:.0f} s): {outcome.reason}")
+    if outcome.weights is not None:
+        row["point_mass"] = {"kg": outcome.weights.payload_mass_kg,
+                             "offset_m": [round(float(v), 4) for v in outcome.weights.payload_offset_m]}
+        print(f"learned point mass on the hand: {row['point_mass']['kg']:.3f} kg at {row['point_mass']['offset_m']} m "
+              f"(hand frame)" + (f"; the truth's payload {truth.unmodelled.payload.mass_kg} kg at "
+                                 f"{list(truth.unmodelled.payload.offset_m)} m" if truth.unmodelled.payload else ""))
     print(f"held-out joint RMSE: identified twin {row['without_mrad']:.3f} mrad, with the residual "
           f"{row['with_mrad']:.3f} mrad; noise floor {floor * 1e3:.3f} mrad (estimated "
           f"{row['estimated_floor_mrad']:.3f}): {without[0] / floor:.1f}x -> {with_residual[0] / floor:.1f}x the floor"

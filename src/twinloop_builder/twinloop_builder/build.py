@@ -9,11 +9,13 @@ Held-out bags only score the result.
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import mujoco
+import numpy as np
 import yaml
 
 from twinloop_twin.bundle import (Provenance, SourceBag, TwinBundle, TwinError, load_twin_version,
@@ -21,8 +23,8 @@ from twinloop_twin.bundle import (Provenance, SourceBag, TwinBundle, TwinError, 
 from twinloop_twin.nominal import SCENE_FILE, load_twin_workcell, scene_files, twin_geometry
 from twinloop_twin.parameters import Parameter, ParameterSet
 from twinloop_twin.physics import WorkcellPhysics, load_physics, physics_from_dict, physics_to_dict
-from twinloop_twin.residual import RESIDUAL_FILE
-from twinloop_twin.scene import TIMESTEP_S, compile_workcell
+from twinloop_twin.residual import HAND_BODY, RESIDUAL_FILE, ResidualWeights
+from twinloop_twin.scene import TIMESTEP_S, add_hand_load, build_workcell_spec
 
 from twinloop_builder.identification import (IdentificationCancelled, IdentificationError,
                                              IdentificationResult, IdentificationSettings, identify)
@@ -240,13 +242,18 @@ def _identified_physics(parent: TwinBundle, parameters: ParameterSet) -> tuple[d
 
 def fit_identified_residual(identified: Identified, settings: IdentificationSettings,
                             progress: Callable[[str, float, str], None] = lambda *_: None, *,
-                            parameters: ParameterSet | None = None) -> ResidualOutcome | None:
+                            parameters: ParameterSet | None = None,
+                            load: tuple[float, Sequence[float]] | None = None,
+                            stop_at_load: bool = False) -> ResidualOutcome | None:
     """The residual stage on the identified twin (None where it does not run: settings off,
     a selective identification, no recording of the arm alone).
 
     `parameters`: the new version's own where they are not the identification's (a
     correction's, widened ones included); the residual is then learned against them after a
-    selective identification too, since what it compensates is the whole version's error."""
+    selective identification too, since what it compensates is the whole version's error.
+    `load`: a load on the hand (mass, offset in the hand's frame) the identification had in
+    its model: the networks learn what is left beside it. `stop_at_load`: return as soon as
+    the stage finds a load (fit_residual)."""
     data = sort_fit_data(identified.fit, settings)
     if not residual_planned(data, () if parameters is not None else identified.select, settings.residual):
         return None
@@ -254,8 +261,11 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
     if parameters is None:
         parameters = identified_parameters(parent.parameters, identified.result, identified.select)
     _, physics = _identified_physics(parent, parameters)
-    model = compile_workcell(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
-    outcome = fit_residual(model, data.arm, identified.held_out, mode=settings.residual,
+    spec = build_workcell_spec(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
+    if load is not None:
+        add_hand_load(spec, load[0], load[1], radius_m=0.0)
+    outcome = fit_residual(spec.compile(), data.arm, identified.held_out, mode=settings.residual,
+                           find_load=load is None, stop_at_load=stop_at_load,
                            progress=lambda fraction, message: progress("residual", fraction, message))
     progress("residual", 1.0, f"residual: {outcome.reason}")  # whichever way it ended
     return outcome
@@ -279,9 +289,56 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     identified = identify_from_bags(root, workcell, fit_bags, held_out_bags, parent_version=parent_version,
                                     select=select, settings=settings, progress=progress, plan=plan,
                                     cancelled=cancelled)
-    residual = fit_identified_residual(identified, settings, progress)
+    residual = fit_identified_residual(identified, settings, progress, stop_at_load=True)
+    if residual is not None and residual.load is not None:
+        identified, residual = _again_with_the_load(identified, residual, settings, progress, cancelled)
     return BuildResult(write_identified_version(root, identified, residual=residual, progress=progress),
                        identified.result, residual)
+
+
+def _again_with_the_load(identified: Identified, first: ResidualOutcome, settings: IdentificationSettings,
+                         progress: Callable[[str, float, str], None],
+                         cancelled: Callable[[], bool]) -> tuple[Identified, ResidualOutcome]:
+    """The residual stage found a load on the hand the description lacks: the arm's
+    parameters had taken some of it up (its inertia into armature and gains), so the arm is
+    identified again with the load in the model, and the networks learn what is left. The
+    version's residual carries the load (twinloop_twin.residual: its inertia on the hand,
+    its weight), whatever the networks' verdict."""
+    mass, offset = first.load
+    parent = identified.parent
+    progress("residual", 0.5, f"a load on the hand: {mass:.3f} kg at {np.round(offset, 3).tolist()} m (the hand's "
+                              "frame); identifying the arm again with it")
+    spec = mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE)))
+    add_hand_load(spec, mass, offset, radius_m=0.0)
+    start = identified_parameters(parent.parameters, identified.result, identified.select).means()
+    result = identify(spec, start, identified.fit, held_out=identified.held_out, settings=settings,
+                      select=identified.select, cancelled=cancelled,
+                      progress=lambda stage, fraction, message: progress("residual", 0.5, f"with the load: {message}"))
+    again = Identified(parent, result, identified.fit, identified.held_out, identified.select)
+    second = fit_identified_residual(again, settings, progress, load=(mass, offset))
+    if second is None:  # (the same data and settings planned it the first time)
+        second = dataclasses.replace(first, weights=None)
+    payload = np.array([mass, *offset, _hand_mass(parent)])
+    weights = (ResidualWeights.load_only(payload) if second.weights is None
+               else dataclasses.replace(second.weights, payload=payload))
+    note = {"arm_identified_again_with_it": True,
+            "held_out_rmse_mrad_without_it": _mrad(identified.result.held_out_rmse_after_rad),
+            "held_out_rmse_mrad_with_it": _mrad(result.held_out_rmse_after_rad)}
+    reason = (f"a load on the hand the description lacks, {mass:.3f} kg at {np.round(offset, 3).tolist()} m (the "
+              f"hand's frame); the arm identified again with it (held-out {note['held_out_rmse_mrad_without_it']} -> "
+              f"{note['held_out_rmse_mrad_with_it']} mrad); beside it: {second.reason}")
+    progress("residual", 1.0, f"residual: {reason}")
+    return again, dataclasses.replace(second, weights=weights, reason=reason, load=(mass, np.asarray(offset)),
+                                      load_note=note)
+
+
+def _hand_mass(parent: TwinBundle) -> float:
+    model = mujoco.MjModel.from_xml_path(str(parent.file_path(SCENE_FILE)))
+    return float(model.body_mass[model.body(HAND_BODY).id])
+
+
+def _mrad(value: float) -> float | None:
+    return round(value * 1e3, 4) if math.isfinite(value) else None
 
 
 __all__ = ["BuildResult", "IdentificationCancelled", "IdentificationError", "Identified", "RecordingError",

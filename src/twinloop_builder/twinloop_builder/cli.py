@@ -230,7 +230,12 @@ def format_result(result) -> str:
 
 def format_residual(outcome) -> str:
     lines = [f"residual: {outcome.reason}"]
-    if outcome.weights is not None and outcome.held_out_per_joint:
+    first = outcome.load_note.get("held_out_rmse_mrad_without_it")
+    if outcome.weights is not None and outcome.held_out_per_joint and first is not None:
+        lines.append(f"held-out joint RMSE: identified {first:.3f} mrad, identified with the load "
+                     f"{outcome.held_out_before_rad * 1e3:.3f}, with the residual's networks beside it "
+                     f"{outcome.held_out_after_rad * 1e3:.3f} (noise floor {outcome.noise_floor_rad * 1e3:.3f})")
+    elif outcome.weights is not None and outcome.held_out_per_joint:
         lines.append(f"held-out joint RMSE with the residual: {outcome.held_out_before_rad * 1e3:.3f} -> "
                      f"{outcome.held_out_after_rad * 1e3:.3f} mrad (noise floor {outcome.noise_floor_rad * 1e3:.3f})")
     return "\n".join(lines)

@@ -26,6 +26,7 @@ recordings; torch does the learning, scipy the filtering.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -35,7 +36,7 @@ import numpy as np
 from scipy.signal import savgol_filter
 
 from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
-from twinloop_twin.residual import ResidualTorque, ResidualWeights
+from twinloop_twin.residual import GRAVITY_M_S2, HAND_BODY, ResidualTorque, ResidualWeights
 from twinloop_twin.scene import (command_actuator_ids, command_delay_of, fill_command_history, joint_dof_addresses,
                                  joint_qpos_addresses, reset_to_home)
 
@@ -51,6 +52,9 @@ VALIDATION_FRACTION = 0.25
 MIN_IMPROVEMENT = 0.1  # the residual is kept when it lowers the validation error by 10 % or more
 SYSTEMATIC_FACTOR = 2.0  # an error above this many times the noise floor is systematic
 SEED = 0
+PAYLOAD_MIN_KG = 0.02  # kg: a load found lighter than this is taken as none
+PAYLOAD_MAX_KG = 5.0  # kg: one heavier is not a load the fit can have found (the Panda carries 3 kg)
+PAYLOAD_MAX_OFFSET_M = 0.3  # m: a centre farther from the hand is no load on it
 _ARM_COLUMNS = [ALL_JOINTS.index(j) for j in ARM_JOINTS]
 _ARM_COMMANDS = [COMMANDED_JOINTS.index(j) for j in ARM_JOINTS]
 
@@ -70,6 +74,9 @@ class ResidualOutcome:
     held_out_per_joint: dict[str, tuple[float, float]] = field(default_factory=dict)
     samples: int = 0
     train_s: float = 0.0
+    # a load on the hand the labels showed (mass kg, offset m in the hand's frame), found or not kept
+    load: tuple[float, np.ndarray] | None = None
+    load_note: dict = field(default_factory=dict)  # how the build used it (the report's `load`)
 
     def report(self) -> dict:
         def mrad(value: float):
@@ -82,6 +89,9 @@ class ResidualOutcome:
                                       "with": mrad(self.held_out_after_rad)}}
         if self.weights is not None:
             out["masked_joints"] = [j for j, m in zip(ARM_JOINTS, self.weights.mask) if m == 0.0]
+        if self.load is not None:
+            out["load"] = {"mass_kg": round(self.load[0], 4), "offset_m": [round(float(v), 4) for v in self.load[1]],
+                           **self.load_note}
         return out
 
 
@@ -114,7 +124,8 @@ class TwinModel:
 
 
 def labels(twin: TwinModel, recording: RecordedMotion, window: int = SMOOTHING_WINDOW):
-    """(rotation (N, 9), Jacobian (N, 6, 7), velocity (N, 7), error (N, 7), torque (N, 7)) at
+    """(rotation (N, 9), Jacobian (N, 6, 7), velocity (N, 7), error (N, 7), torque (N, 7),
+    motion (N, 9): the hand's angular velocity, linear and angular acceleration, world) at
     the recording's states, the filter's half window trimmed at both ends."""
     model = twin.undelayed
     data = mujoco.MjData(model)
@@ -143,13 +154,19 @@ def labels(twin: TwinModel, recording: RecordedMotion, window: int = SMOOTHING_W
     torque = np.einsum("kij,kj->ki", inertia, measured_acc - savgol_filter(twin_acc, window, 2, axis=0))
     velocity = recording.velocity[:, _ARM_COLUMNS]
     error = commands[:, _ARM_COMMANDS] - recording.position[:, _ARM_COLUMNS]
+    # the hand's motion, for a point mass on it: twist from the Jacobian, its derivative
+    # through the same filter as the joints' accelerations
+    twist = np.einsum("kij,kj->ki", jacobian, velocity)
+    twist_rate = savgol_filter(twist, window, 2, deriv=1, delta=dt, axis=0)
+    motion = np.concatenate([savgol_filter(twist[:, 3:], window, 2, axis=0), twist_rate[:, :3], twist_rate[:, 3:]],
+                            axis=1)
     keep = slice(window // 2, n - window // 2)
-    return rotation[keep], jacobian[keep], velocity[keep], error[keep], torque[keep]
+    return rotation[keep], jacobian[keep], velocity[keep], error[keep], torque[keep], motion[keep]
 
 
 def train(rotation, jacobian, velocity, error, torque, gains: np.ndarray, *, iterations: int = ITERATIONS,
           seed: int = SEED) -> ResidualWeights:
-    """Fit the two-part network (twinloop_twin.residual) to the torque labels."""
+    """Fit the two networks (twinloop_twin.residual) to the torque labels."""
     import torch
 
     torch.manual_seed(seed)
@@ -188,11 +205,76 @@ def train(rotation, jacobian, velocity, error, torque, gains: np.ndarray, *, ite
     return ResidualWeights(arrays(wrench_net), arrays(joint_net), velocity_scale, error_scale, np.ones(7))
 
 
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.cross(a, b, axis=-1)
+
+
+def _to_joints(jacobian: np.ndarray, force: np.ndarray, moment: np.ndarray) -> np.ndarray:
+    """(N, 7) joint torques of a force and a moment (N, 3, world) on the hand at its origin."""
+    return np.einsum("nij,ni->nj", jacobian[:, :3], force) + np.einsum("nij,ni->nj", jacobian[:, 3:], moment)
+
+
+def payload_regressor(rotation: np.ndarray, jacobian: np.ndarray, motion: np.ndarray) -> np.ndarray:
+    """(N, 7, 10): the joint torques a rigid load on the hand exerts are Y @ theta, linear in
+    its inertial parameters theta = (m, m c (3), I_o (xx yy zz xy xz yz)) in the hand's frame,
+    c its centre of mass and I_o its inertia about the hand's origin (the Newton-Euler
+    equations of the load: -F = m (g - a) - alpha x h - w x (w x h), -N = h x (g - a) -
+    I alpha - w x (I w), with h = R m c and I = R I_o R^T in the world)."""
+    n = len(rotation)
+    axes = rotation.reshape(n, 3, 3)
+    w, linear, angular = motion[:, :3], motion[:, 3:6], motion[:, 6:]
+    free = GRAVITY_M_S2 - linear  # g - a
+    zero = np.zeros((n, 3))
+    columns = [_to_joints(jacobian, free, zero)]
+    for i in range(3):
+        h = axes[:, :, i]
+        columns.append(_to_joints(jacobian, -_cross(angular, h) - _cross(w, _cross(w, h)), _cross(h, free)))
+    for a, b in ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)):
+        unit = np.zeros((3, 3))
+        unit[a, b] = unit[b, a] = 1.0
+        inertia = axes @ unit @ axes.transpose(0, 2, 1)
+        moment = -np.einsum("nij,nj->ni", inertia, angular) - _cross(w, np.einsum("nij,nj->ni", inertia, w))
+        columns.append(_to_joints(jacobian, zero, moment))
+    return np.stack(columns, axis=2)
+
+
+def point_mass_torques(mass_kg: float, offset_m: np.ndarray, rotation: np.ndarray, jacobian: np.ndarray,
+                       motion: np.ndarray) -> np.ndarray:
+    """(N, 7) joint torques a point mass at `offset_m` (the hand's frame) exerts on the arm."""
+    c = np.asarray(offset_m, dtype=float)
+    theta = np.array([mass_kg, *(mass_kg * c), *_point_inertia(mass_kg, c)])
+    return payload_regressor(rotation, jacobian, motion) @ theta
+
+
+def _point_inertia(mass_kg: float, c: np.ndarray) -> np.ndarray:
+    """A point mass's inertia about the origin, (xx yy zz xy xz yz)."""
+    full = mass_kg * (float(c @ c) * np.eye(3) - np.outer(c, c))
+    return np.array([full[0, 0], full[1, 1], full[2, 2], full[0, 1], full[0, 2], full[1, 2]])
+
+
+def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray) -> tuple[float, np.ndarray] | None:
+    """A load on the hand the description lacks, from the torque labels: the inertial
+    parameters by least squares (the torque errors over each joint's gain, as the networks'
+    loss), taken as a point mass at its centre (mass, offset in the hand's frame). None when
+    the fit finds no load: a mass under PAYLOAD_MIN_KG or over PAYLOAD_MAX_KG, or a centre
+    farther than PAYLOAD_MAX_OFFSET_M from the hand."""
+    regressor = payload_regressor(rotation, jacobian, motion) / gains[None, :, None]
+    target = torque / gains[None, :]
+    theta, *_ = np.linalg.lstsq(regressor.reshape(-1, 10), target.ravel(), rcond=None)
+    mass = float(theta[0])
+    if not (PAYLOAD_MIN_KG <= mass <= PAYLOAD_MAX_KG):
+        return None
+    centre = theta[1:4] / mass
+    if np.linalg.norm(centre) > PAYLOAD_MAX_OFFSET_M:
+        return None
+    return mass, centre
+
+
 def replay_errors(twin: TwinModel, recording: RecordedMotion, residual: ResidualTorque | None,
                   start_s: float | None = None) -> np.ndarray:
     """(N, 7) arm position errors of an open-loop replay from the recorded state at `start_s`
     (default: the first), the recorded commands applied when they took effect."""
-    model = twin.model
+    model = twin.model if residual is None else residual.model  # (its point mass is in its model)
     data = mujoco.MjData(model)
     reset_to_home(model, data)
     first = 0 if start_s is None else int(np.searchsorted(recording.state_t, start_s))
@@ -218,6 +300,12 @@ def replay_errors(twin: TwinModel, recording: RecordedMotion, residual: Residual
     return np.array(positions) - recording.position[first:, _ARM_COLUMNS]
 
 
+def _on_a_copy(model: mujoco.MjModel, weights: ResidualWeights) -> ResidualTorque:
+    """The residual on a copy of the identified model (its point mass goes into the model it
+    is given; the identified one stays as identified)."""
+    return ResidualTorque(copy.copy(model), weights)
+
+
 def rmse(errors: list[np.ndarray]) -> tuple[float, np.ndarray]:
     stacked = np.vstack(errors)
     return float(np.sqrt(np.mean(stacked ** 2))), np.sqrt(np.mean(stacked ** 2, axis=0))
@@ -225,9 +313,13 @@ def rmse(errors: list[np.ndarray]) -> tuple[float, np.ndarray]:
 
 def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
                  held_out: Sequence[RecordedMotion] = (), *, mode: str = "auto", iterations: int = ITERATIONS,
+                 find_load: bool = True, stop_at_load: bool = False,
                  progress: Callable[[float, str], None] = lambda *_: None) -> ResidualOutcome:
     """Train, validate and decide on a residual for the identified `model` (see the module
-    docstring); `recordings`: fit recordings without box motion."""
+    docstring); `recordings`: fit recordings without box motion. `find_load`: look for a
+    load on the hand first (off where the model has the load already); `stop_at_load`: when
+    one is found, return then (`load` set, no networks: the caller identifies the arm again
+    with it and runs the stage once more)."""
     if mode not in MODES:
         raise ValueError(f"residual mode {mode!r}: use one of {list(MODES)}")
     if mode == "off":
@@ -247,20 +339,33 @@ def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
         return outcome
     progress(0.15, "residual: labels from the fit recordings")
     parts = [labels(twin, r.window(r.state_t[0], cut)) for r, cut in zip(recordings, cuts)]
-    data = [np.concatenate([p[i] for p in parts]) for i in range(5)]
+    data = [np.concatenate([p[i] for p in parts]) for i in range(6)]
     outcome.samples = len(data[0])
     progress(0.25, f"residual: training on {outcome.samples} samples")
     started = time.monotonic()
     gains = model.actuator_gainprm[command_actuator_ids(model, ARM_JOINTS), 0]
-    weights = train(*data, gains, iterations=iterations)
+    rotation, jacobian, velocity, error, torque, motion = data
+    payload = fit_payload(rotation, jacobian, torque, motion, gains) if find_load else None
+    outcome.load = payload
+    if payload is not None and stop_at_load:
+        outcome.reason = f"a load on the hand: {payload[0]:.3f} kg at {np.round(payload[1], 3).tolist()} m"
+        return outcome
+    if payload is not None:  # the networks learn what the load leaves
+        torque = torque - point_mass_torques(*payload, rotation, jacobian, motion)
+        progress(0.3, f"residual: a load on the hand the description lacks: {payload[0]:.3f} kg at "
+                      f"{np.round(payload[1], 3).tolist()} m (the hand's frame)")
+    weights = train(rotation, jacobian, velocity, error, torque, gains, iterations=iterations)
+    if payload is not None:
+        weights = dataclasses.replace(weights, payload=np.array(
+            [payload[0], *payload[1], float(model.body_mass[model.body(HAND_BODY).id])]))
     outcome.train_s = time.monotonic() - started
     progress(0.8, "residual: validation with the residual")
-    after = [replay_errors(twin, r, ResidualTorque(model, weights), cut) for r, cut in zip(recordings, cuts)]
+    after = [replay_errors(twin, r, _on_a_copy(model, weights), cut) for r, cut in zip(recordings, cuts)]
     _, after_joint = rmse(after)
     mask = (after_joint < before_joint).astype(float)
-    weights = ResidualWeights(weights.wrench, weights.joint, weights.velocity_scale, weights.error_scale, mask)
+    weights = dataclasses.replace(weights, mask=mask)
     if mask.any() and not mask.all():
-        after = [replay_errors(twin, r, ResidualTorque(model, weights), cut) for r, cut in zip(recordings, cuts)]
+        after = [replay_errors(twin, r, _on_a_copy(model, weights), cut) for r, cut in zip(recordings, cuts)]
     after_rmse, after_joint = rmse(after) if mask.any() else (before_rmse, before_joint)
     outcome.validation_after_rad = after_rmse
     outcome.validation_per_joint = {j: (float(b), float(a)) for j, b, a in zip(ARM_JOINTS, before_joint, after_joint)}
@@ -275,7 +380,7 @@ def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
     if held_out:
         progress(0.9, "residual: held-out recordings with and without it")
         plain = rmse([replay_errors(twin, r, None) for r in held_out])
-        corrected = rmse([replay_errors(twin, r, ResidualTorque(model, weights)) for r in held_out])
+        corrected = rmse([replay_errors(twin, r, _on_a_copy(model, weights)) for r in held_out])
         outcome.held_out_before_rad, outcome.held_out_after_rad = plain[0], corrected[0]
         outcome.held_out_per_joint = {j: (float(b), float(a)) for j, b, a in zip(ARM_JOINTS, plain[1], corrected[1])}
     return outcome

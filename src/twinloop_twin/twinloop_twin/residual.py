@@ -8,17 +8,23 @@ trains a small network on the fit recordings and the version carries it as
 `residual.npz`; every consumer that steps the twin (replay, the sim bridge, validation,
 training) applies it as generalized forces before each physics step.
 
-The network has two parts, each a two-layer tanh perceptron:
+The residual has three parts:
+- a point mass on the hand the description lacks (a payload, a tool): its mass and its
+  place in the hand's frame. Its inertia is added to the hand's body in the model (so the
+  simulator integrates it implicitly: a force from the last step's acceleration would lag
+  it), its weight is a generalized force through the point's Jacobian (the robot's gravity
+  compensation covers the links it knows, not this);
 - a wrench at the hand, from the hand's orientation in the world, mapped to the arm's joints
-  through the hand's Jacobian (what a payload, a cable or a tool adds: a pose-dependent load
-  at the end effector; this form generalises to poses the recordings did not visit);
+  through the hand's Jacobian (what a cable or a tool's pull adds: a pose-dependent load
+  at the end effector; this form generalises to poses the recordings did not visit), a
+  two-layer tanh perceptron;
 - a torque in each joint's transmission, from that joint's velocity and position error to
-  its (delayed) target and the joint's index (friction shape, backlash).
-Joints the builder found no better with it are masked out (`mask`).
+  its (delayed) target and the joint's index (friction shape, backlash), another.
+Joints the builder found no better with the two networks are masked out of them (`mask`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mujoco
@@ -31,6 +37,8 @@ from twinloop_twin.scene import command_actuator_ids, delayed_target, joint_dof_
 RESIDUAL_FILE = "residual.npz"
 HAND_BODY = "panda_hand"
 FORMAT = 1
+GRAVITY_M_S2 = np.array([0.0, 0.0, -9.81])
+_MASS_MATCH_KG = 1e-9  # a hand mass this close to the expected one is that mass
 _LAYERS = ("wrench", "joint")
 
 
@@ -46,12 +54,15 @@ class ResidualWeights:
     joint: tuple[np.ndarray, ...]  # W1 (h, 2 + 7), b1, W2, b2, W3 (1, h), b3
     velocity_scale: np.ndarray  # (7,) rad/s: the transmission part's velocity input is v / scale
     error_scale: np.ndarray  # (7,) rad: its position-error input is e / scale
-    mask: np.ndarray  # (7,) 1.0 where the residual is applied, 0.0 where the builder masked it
+    mask: np.ndarray  # (7,) 1.0 where the networks are applied, 0.0 where the builder masked them
+    # the point mass on the hand: [mass kg, x, y, z m in the hand's frame, the hand body's
+    # own mass kg in the model it was fit on]; a mass of 0: none
+    payload: np.ndarray = field(default_factory=lambda: np.zeros(5))
 
     def save(self, path: Path | str) -> None:
         arrays = {f"{name}_{i}": a for name in _LAYERS for i, a in enumerate(getattr(self, name))}
         np.savez(path, format=np.array(FORMAT), velocity_scale=self.velocity_scale, error_scale=self.error_scale,
-                 mask=self.mask, **arrays)
+                 mask=self.mask, payload=self.payload, **arrays)
 
     def to_bytes(self) -> bytes:
         import io
@@ -70,15 +81,37 @@ class ResidualWeights:
                           for name in _LAYERS}
                 weights = cls(**layers, velocity_scale=np.asarray(data["velocity_scale"], dtype=float),
                               error_scale=np.asarray(data["error_scale"], dtype=float),
-                              mask=np.asarray(data["mask"], dtype=float))
+                              mask=np.asarray(data["mask"], dtype=float),
+                              # (written before the point mass was part of the residual: none)
+                              payload=np.asarray(data["payload"], dtype=float) if "payload" in data
+                              else np.zeros(5))
         except (OSError, KeyError, ValueError) as error:
             if isinstance(error, ResidualError):
                 raise
             raise ResidualError(f"{path}: not a readable residual ({error}); rebuild the twin version") from error
-        arrays = [*weights.wrench, *weights.joint, weights.velocity_scale, weights.error_scale, weights.mask]
+        arrays = [*weights.wrench, *weights.joint, weights.velocity_scale, weights.error_scale, weights.mask,
+                  weights.payload]
         if not all(np.isfinite(a).all() for a in arrays):
             raise ResidualError(f"{path}: the residual holds NaN or infinite weights; rebuild the twin version")
+        if weights.payload.shape != (5,) or weights.payload[0] < 0.0:
+            raise ResidualError(f"{path}: the residual's payload is not [mass >= 0, x, y, z, hand mass]; rebuild the "
+                                "twin version")
         return weights
+
+    @classmethod
+    def load_only(cls, payload: np.ndarray) -> "ResidualWeights":
+        """A residual that is the load on the hand alone (its networks zero and masked)."""
+        zero = (np.zeros((1, 9)), np.zeros(1), np.zeros((1, 1)), np.zeros(1))
+        return cls((*zero, np.zeros((6, 1)), np.zeros(6)), (*zero, np.zeros((1, 1)), np.zeros(1)), np.ones(7),
+                   np.ones(7), np.zeros(7), np.asarray(payload, dtype=float))
+
+    @property
+    def payload_mass_kg(self) -> float:
+        return float(self.payload[0])
+
+    @property
+    def payload_offset_m(self) -> np.ndarray:
+        return self.payload[1:4]
 
 
 def _mlp(layers: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
@@ -86,11 +119,62 @@ def _mlp(layers: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
     return np.tanh(np.tanh(x @ w1.T + b1) @ w2.T + b2) @ w3.T + b3
 
 
+def payload_torques(mass_kg: float, offset_m: np.ndarray, rotation: np.ndarray, jacobian: np.ndarray) -> np.ndarray:
+    """(N, 7) joint torques of a point mass's weight at `offset_m` in the hand's frame, from
+    (N, 9) hand rotations and (N, 6, 7) hand Jacobians: J_p^T m g, J_p = J_v - [R r]x J_w."""
+    arm = rotation.reshape(-1, 3, 3) @ offset_m  # (N, 3) the point from the hand's origin, world
+    force = mass_kg * GRAVITY_M_S2
+    return (np.einsum("nij,i->nj", jacobian[:, :3], force)
+            + np.einsum("nij,ni->nj", jacobian[:, 3:], np.cross(arm, force)))
+
+
+def attach_payload(model: mujoco.MjModel, weights: ResidualWeights) -> None:
+    """The residual's point mass added to the hand body's inertia in `model`, once: a model
+    whose hand already has it is left as it is; one whose hand is neither the mass the
+    residual was fit on nor that plus the point mass is refused (another robot)."""
+    mass = weights.payload_mass_kg
+    if mass <= 0.0:
+        return
+    hand = model.body(HAND_BODY).id
+    fitted_on = float(weights.payload[4])
+    now = float(model.body_mass[hand])
+    if abs(now - (fitted_on + mass)) <= _MASS_MATCH_KG:
+        return
+    if abs(now - fitted_on) > _MASS_MATCH_KG:
+        raise ResidualError(f"the residual was fit on a hand of {fitted_on:.4f} kg; this model's {HAND_BODY} has "
+                            f"{now:.4f} kg: a residual belongs to the twin version it was built with")
+    # the combined inertia about the new centre of mass, in the body's frame, then its principal axes
+    w, x, y, z = model.body_iquat[hand]
+    axes = np.zeros(9)
+    mujoco.mju_quat2Mat(axes, np.array([w, x, y, z]))
+    axes = axes.reshape(3, 3)
+    own_centre, point = model.body_ipos[hand].copy(), np.asarray(weights.payload_offset_m, dtype=float)
+    centre = (now * own_centre + mass * point) / (now + mass)
+
+    def shifted(m: float, d: np.ndarray) -> np.ndarray:
+        return m * (float(d @ d) * np.eye(3) - np.outer(d, d))
+    inertia = (axes @ np.diag(model.body_inertia[hand]) @ axes.T + shifted(now, own_centre - centre)
+               + shifted(mass, point - centre))
+    principal, vectors = np.linalg.eigh(inertia)
+    if np.linalg.det(vectors) < 0:
+        vectors[:, 0] = -vectors[:, 0]
+    quat = np.zeros(4)
+    mujoco.mju_mat2Quat(quat, vectors.ravel())
+    model.body_mass[hand] = now + mass
+    model.body_ipos[hand] = centre
+    model.body_iquat[hand] = quat
+    model.body_inertia[hand] = principal
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+
+
 class ResidualTorque:
-    """The residual of one twin on one compiled model; `apply(data)` before each step."""
+    """The residual of one twin on one compiled model; `apply(data)` before each step. The
+    point mass, where the residual has one, is added to `model` itself (attach_payload):
+    whatever steps that model integrates its inertia."""
 
     def __init__(self, model: mujoco.MjModel, weights: ResidualWeights) -> None:
         self.model, self.weights = model, weights
+        attach_payload(model, weights)
         self._qpos = joint_qpos_addresses(model, ARM_JOINTS)
         self._dof = joint_dof_addresses(model, ARM_JOINTS)
         self._actuators = command_actuator_ids(model, ARM_JOINTS)
@@ -100,13 +184,17 @@ class ResidualTorque:
     def torques(self, rotation: np.ndarray, jacobian: np.ndarray, velocity: np.ndarray,
                 error: np.ndarray) -> np.ndarray:
         """(N, 7) joint torques from (N, 9) hand rotations (row-major), (N, 6, 7) hand
-        Jacobians (translation rows, then rotation), (N, 7) velocities and position errors."""
+        Jacobians (translation rows, then rotation), (N, 7) velocities and position errors:
+        the networks' (masked) and the point mass's weight."""
         w = self.weights
         wrench = _mlp(w.wrench, rotation)
         local_in = np.concatenate([(velocity / w.velocity_scale)[..., None], (error / w.error_scale)[..., None],
                                    np.broadcast_to(self._one_hot, (len(velocity), 7, 7))], axis=2)
         local = _mlp(w.joint, local_in)[..., 0]
-        return (np.einsum("nij,ni->nj", jacobian, wrench) + local) * w.mask
+        networks = (np.einsum("nij,ni->nj", jacobian, wrench) + local) * w.mask
+        if w.payload_mass_kg <= 0.0:
+            return networks
+        return networks + payload_torques(w.payload_mass_kg, w.payload_offset_m, rotation, jacobian)
 
     def features(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(rotation, Jacobian, velocity, error) of one state, each with a leading axis of 1.

@@ -230,9 +230,18 @@ def _add_payload(spec: mujoco.MjSpec, physics: WorkcellPhysics) -> None:
     payload = physics.unmodelled.payload if physics.unmodelled is not None else None
     if payload is None:
         return
-    inertia = 0.4 * payload.mass_kg * PAYLOAD_RADIUS_M ** 2
-    body = spec.body(PAYLOAD_PARENT).add_body(name=PAYLOAD_BODY, pos=list(payload.offset_m))
-    body.mass = payload.mass_kg
+    add_hand_load(spec, payload.mass_kg, payload.offset_m)
+
+
+def add_hand_load(spec: mujoco.MjSpec, mass_kg: float, offset_m, radius_m: float = PAYLOAD_RADIUS_M) -> None:
+    """A load on the hand: a solid sphere of `radius_m` (0: a point) at `offset_m` in the
+    hand's frame, outside the robot's gravity compensation, colliding with nothing."""
+    inertia = max(0.4 * mass_kg * radius_m ** 2, 1e-9)
+    body = spec.body(PAYLOAD_PARENT).add_body(name=PAYLOAD_BODY, pos=list(offset_m))
+    body.mass = mass_kg
+    body.ipos = [0.0, 0.0, 0.0]  # its mass at the body's origin (add_body(pos=) also set the inertial frame there:
+    #                              the mass sat at twice the offset)
+    body.iquat = [1.0, 0.0, 0.0, 0.0]
     body.inertia = [inertia, inertia, inertia]
     body.explicitinertial = True
     body.gravcomp = 0.0
