@@ -31,7 +31,7 @@ from twinloop_builder.identification import (IdentificationCancelled, Identifica
 from twinloop_builder.identification.data import sort_fit_data
 from twinloop_builder.identification.pipeline import residual_planned
 from twinloop_builder.recording import RecordingError, load_recording
-from twinloop_builder.residual_fit import ResidualOutcome, fit_residual
+from twinloop_builder.residual_fit import MIN_IMPROVEMENT, ResidualOutcome, fit_residual
 
 REPORT_FILE = "identification/report.yaml"
 
@@ -244,7 +244,7 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
                             progress: Callable[[str, float, str], None] = lambda *_: None, *,
                             parameters: ParameterSet | None = None,
                             load: tuple[float, Sequence[float]] | None = None,
-                            stop_at_load: bool = False) -> ResidualOutcome | None:
+                            stop_at_load: bool = False, find_load: bool = True) -> ResidualOutcome | None:
     """The residual stage on the identified twin (None where it does not run: settings off,
     a selective identification, no recording of the arm alone).
 
@@ -253,7 +253,7 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
     selective identification too, since what it compensates is the whole version's error.
     `load`: a load on the hand (mass, offset in the hand's frame) the identification had in
     its model: the networks learn what is left beside it. `stop_at_load`: return as soon as
-    the stage finds a load (fit_residual)."""
+    the stage finds a load (fit_residual); `find_load` False: no load is looked for."""
     data = sort_fit_data(identified.fit, settings)
     if not residual_planned(data, () if parameters is not None else identified.select, settings.residual):
         return None
@@ -265,7 +265,7 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
     if load is not None:
         add_hand_load(spec, load[0], load[1], radius_m=0.0)
     outcome = fit_residual(spec.compile(), data.arm, identified.held_out, mode=settings.residual,
-                           find_load=load is None, stop_at_load=stop_at_load,
+                           find_load=find_load and load is None, stop_at_load=stop_at_load,
                            progress=lambda fraction, message: progress("residual", fraction, message))
     progress("residual", 1.0, f"residual: {outcome.reason}")  # whichever way it ended
     return outcome
@@ -316,8 +316,11 @@ def _again_with_the_load(identified: Identified, first: ResidualOutcome, setting
                       progress=lambda stage, fraction, message: progress("residual", 0.5, f"with the load: {message}"))
     again = Identified(parent, result, identified.fit, identified.held_out, identified.select)
     second = fit_identified_residual(again, settings, progress, load=(mass, offset))
-    if second is None:  # (the same data and settings planned it the first time)
-        second = dataclasses.replace(first, weights=None)
+    if second is None or not second.validation_before_rad <= (1.0 - MIN_IMPROVEMENT) * first.validation_before_rad:
+        # the load did not make the arm's own prediction better: not a load; the networks alone
+        progress("residual", 0.5, "the arm identified with the load predicts the validation part no better: the "
+                                  "networks alone on the first identification")
+        return identified, fit_identified_residual(identified, settings, progress, find_load=False)
     payload = np.array([mass, *offset, _hand_mass(parent)])
     weights = (ResidualWeights.load_only(payload) if second.weights is None
                else dataclasses.replace(second.weights, payload=payload))

@@ -254,17 +254,27 @@ def _point_inertia(mass_kg: float, c: np.ndarray) -> np.ndarray:
 
 def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray) -> tuple[float, np.ndarray] | None:
     """A load on the hand the description lacks, from the torque labels: the inertial
-    parameters by least squares (the torque errors over each joint's gain, as the networks'
-    loss), taken as a point mass at its centre (mass, offset in the hand's frame). None when
+    parameters by linear least squares (the torque errors over each joint's gain, as the
+    networks' loss), then refined as a point mass (scipy least_squares from there; mass,
+    offset in the hand's frame). None when
     the fit finds no load: a mass under PAYLOAD_MIN_KG or over PAYLOAD_MAX_KG, or a centre
     farther than PAYLOAD_MAX_OFFSET_M from the hand."""
-    regressor = payload_regressor(rotation, jacobian, motion) / gains[None, :, None]
-    target = torque / gains[None, :]
-    theta, *_ = np.linalg.lstsq(regressor.reshape(-1, 10), target.ravel(), rcond=None)
+    from scipy.optimize import least_squares
+
+    regressor = (payload_regressor(rotation, jacobian, motion) / gains[None, :, None]).reshape(-1, 10)
+    target = (torque / gains[None, :]).ravel()
+    theta, *_ = np.linalg.lstsq(regressor, target, rcond=None)
     mass = float(theta[0])
     if not (PAYLOAD_MIN_KG <= mass <= PAYLOAD_MAX_KG):
         return None
-    centre = theta[1:4] / mass
+    # then as a point mass (its inertia follows from its mass and place): the free inertia of
+    # the linear fit trades off with the centre along the hand's axis
+    def misfit(x: np.ndarray) -> np.ndarray:
+        return regressor @ np.array([x[0], *(x[0] * x[1:]), *_point_inertia(x[0], x[1:])]) - target
+    refined = least_squares(misfit, np.array([mass, *(theta[1:4] / mass)]), x_scale=[0.1, 0.05, 0.05, 0.05])
+    mass, centre = float(refined.x[0]), refined.x[1:]
+    if not (PAYLOAD_MIN_KG <= mass <= PAYLOAD_MAX_KG):
+        return None
     if np.linalg.norm(centre) > PAYLOAD_MAX_OFFSET_M:
         return None
     return mass, centre
