@@ -8,8 +8,8 @@ Held-out bags only score the result.
 """
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence

@@ -12,16 +12,23 @@ moved: contact forces are not a function of the arm's state). Steps:
    differences (median absolute deviation; a smooth motion's second difference at 500 Hz is
    far below it). A twin whose open-loop error on the validation part is within
    `SYSTEMATIC_FACTOR` of it has no systematic error left: no residual is trained.
-3. Training (torch, Adam with a cosine schedule, seeded) on the first part of each
+3. A load on the hand (`fit_payload`): the rigid-body regressor of a load (Newton-Euler,
+   linear in its 10 inertial parameters) fitted to the labels by least squares, refined as
+   a point mass (scipy); one of `PAYLOAD_MIN_KG`-`PAYLOAD_MAX_KG` is kept as the residual's
+   load and taken out of the labels (the build then identifies the arm again with it:
+   twinloop_builder.build, `stop_at_load`).
+4. Training of the networks (torch, Adam with a cosine schedule, seeded) on the first part of each
    recording; the loss is the torque error over each joint's position gain, i.e. in the
    radians it would offset a joint at rest, so a light wrist joint counts as much as the
    shoulder.
-4. Validation on the recordings' last `VALIDATION_FRACTION`: open-loop replays from the
-   recorded state with and without the residual. A joint it does not improve is masked;
+5. Validation on the recordings' last `VALIDATION_FRACTION`: open-loop replays from the
+   recorded state with and without the residual. A joint the networks do not improve is masked;
    the residual is kept when it lowers the whole error by `MIN_IMPROVEMENT` or more.
-The network's form is twinloop_twin.residual's (a hand wrench through the Jacobian plus a
-per-joint transmission torque). No library fits a torque residual to a MuJoCo model's
-recordings; torch does the learning, scipy the filtering.
+The residual's form is twinloop_twin.residual's (the load; a hand wrench through the
+Jacobian plus a per-joint transmission torque). No library fits a torque residual to a
+MuJoCo model's recordings; torch does the learning, scipy the filtering and the load's
+refinement (MuJoCo's own sysid identifies the schema's parameters, not a load the schema
+lacks).
 """
 from __future__ import annotations
 
