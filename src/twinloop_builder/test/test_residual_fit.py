@@ -196,6 +196,16 @@ def test_residual_files_round_trip_and_bad_ones_are_refused(tmp_path):
     broken.save(tmp_path / "nan.npz")
     with pytest.raises(ResidualError, match="NaN"):
         ResidualWeights.load(tmp_path / "nan.npz")
+    # a load round-trips; a negative mass is refused; a file written before loads had none
+    loaded = dataclasses.replace(weights, payload=np.array([0.4, 0.0, 0.01, 0.08, 0.73]))
+    loaded.save(tmp_path / "load.npz")
+    np.testing.assert_array_equal(ResidualWeights.load(tmp_path / "load.npz").payload, loaded.payload)
+    dataclasses.replace(weights, payload=np.array([-0.1, 0.0, 0.0, 0.0, 0.73])).save(tmp_path / "negative.npz")
+    with pytest.raises(ResidualError, match="payload"):
+        ResidualWeights.load(tmp_path / "negative.npz")
+    with np.load(path) as data:
+        np.savez(tmp_path / "older.npz", **{k: data[k] for k in data.files if k != "payload"})
+    assert not ResidualWeights.load(tmp_path / "older.npz").payload.any()
 
 
 def test_a_build_on_a_cell_with_effects_carries_its_residual_into_replay(tmp_path, workcell, truth, excitation,
