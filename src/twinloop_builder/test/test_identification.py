@@ -19,6 +19,7 @@ from twinloop_builder.excitation import WorkspaceChecker, box_excitation, load_e
 from twinloop_builder.identification.data import column_weights, make_segment, push_windows
 from twinloop_builder.identification.fit import BlockedRollout, Stage, fit_least_squares
 from twinloop_builder.identification.model import FitVariable, base_model, mimic_leaders, prismatic_joints
+from twinloop_builder.recording import RecordedMotion
 from twinloop_builder.synthetic import simulate_session
 from twinloop_twin.nominal import physics_parameters
 from twinloop_twin.physics import ARM_JOINTS, load_physics
@@ -156,6 +157,31 @@ def test_box_mass_and_friction_apart_from_pushes_and_a_lift(workcell, nominal, t
         assert estimate.identifiable, estimate
         assert estimate.ci_low <= truth_values[name] <= estimate.ci_high, estimate
         assert abs(estimate.mean / truth_values[name] - 1) <= 0.05, estimate
+
+
+def test_push_windows_ignore_tracker_jitter_and_jumps_that_come_back():
+    """One push in 20 s of tracked poses at 15 Hz with 0.1 mm of jitter. Two frames stamped
+    5 ms apart (their jitter alone reads as cm/s between them) and a pose that jumps 8 mm
+    for two frames while the arm hides the box and comes back are not pushes (a CI run
+    found a fifth window before the first push of test_builder_excite's three)."""
+    rng = np.random.default_rng(3)
+    t = np.arange(0.0, 20.0, 1 / 15)
+    t = np.sort(np.r_[t, 4.005])  # a frame 5 ms after the one at 4.0 s
+    x = 0.5 + np.clip((t - 12.0) / 0.3, 0.0, 1.0) * 0.04  # pushed 40 mm at 12.0-12.3 s
+    y = 0.1 + rng.normal(0.0, 0.0001, len(t))
+    x = x + rng.normal(0.0, 0.0001, len(t))
+    jump = (t > 7.0) & (t < 7.15)
+    y[jump] += 0.008
+    pose = np.zeros((len(t), 7))
+    pose[:, 0], pose[:, 1], pose[:, 3] = x, y, 1.0
+    state_t = np.arange(0.0, 20.0, 0.01)
+    n = len(state_t)
+    motion = RecordedMotion("jitter", state_t, np.zeros((n, 9)), np.zeros((n, 9)), np.zeros((n, 9)),
+                            np.zeros(0), np.zeros((0, 8)), box_t=t, box_pose=pose)
+    windows = push_windows(motion, ident.IdentificationSettings())
+    assert len(windows) == 1, windows
+    (start, end), = windows
+    assert start <= 12.0 and 12.3 <= end <= 12.3 + 0.3 + 0.8 + 0.1, windows  # speed base and margin
 
 
 # ----------------------------------------------------------------------------- the stages' pieces

@@ -81,33 +81,54 @@ def push_windows(recording: RecordedMotion, settings: IdentificationSettings) ->
     lift: the fingers stalled short of their target), with margins. A lifted box is not
     judged from its pose: a tracker that expects the box on the table need not follow it
     up; the held box's weight shows in the arm's joints."""
-    moving = np.zeros(0)
-    if len(recording.box_t) >= 3:
-        # Only pairs of poses with time between them: a tracker that stamps two poses with
-        # the same camera time (seen in a run of the quick loop under load) would otherwise
-        # give an infinite speed, and a joint excitation would count as a push.
-        dt = np.diff(recording.box_t)
-        distance = np.linalg.norm(np.diff(recording.box_pose[:, :2], axis=0), axis=1)
-        speed = np.divide(distance, dt, out=np.zeros_like(dt), where=dt > 0)
-        moving = recording.box_t[1:][speed > settings.box_speed_threshold_m_s]
+    before, after = settings.push_margin_s
+    moving = np.concatenate([_moves(recording, a, b, settings)
+                             for a, b in _groups(_box_moving_times(recording, settings), before + after)] or [np.zeros(0)])
     if len(recording.command_t):
         commanded = recording.commands_on_grid(recording.state_t)
         for finger in (j for j in COMMANDED_JOINTS if j not in ARM_JOINTS):
             short = recording.position[:, ALL_JOINTS.index(finger)] - commanded[:, COMMANDED_JOINTS.index(finger)]
             moving = np.union1d(moving, recording.state_t[short > settings.holding_lead_m])
-    if len(moving) == 0:
-        return np.zeros((0, 2))
-    windows = []
-    before, after = settings.push_margin_s
-    start = prev = moving[0]
-    for t in moving[1:]:
-        if t - prev > before + after:
-            windows.append((start - before, prev + after))
-            start = t
-        prev = t
-    windows.append((start - before, prev + after))
-    last = recording.state_t[-1]
-    return np.array([(max(recording.state_t[0], a), min(last, b)) for a, b in windows])
+    first, last = recording.state_t[0], recording.state_t[-1]
+    return np.array([(max(first, a - before), min(last, b + after))
+                     for a, b in _groups(np.unique(moving), before + after)]).reshape(-1, 2)
+
+
+def _box_moving_times(recording: RecordedMotion, settings: IdentificationSettings) -> np.ndarray:
+    """The tracked poses' times where the box's speed on the table, over at least
+    box_speed_base_s back, exceeds the threshold. Pairs of poses stamped with the same
+    camera time (seen in a run of the quick loop under load) never count."""
+    t, xy = recording.box_t, recording.box_pose[:, :2]
+    if len(t) < 3:
+        return np.zeros(0)
+    back = np.searchsorted(t, t - settings.box_speed_base_s, side="right") - 1
+    valid = back >= 0
+    i, j = np.nonzero(valid)[0], back[valid]
+    dt = t[i] - t[j]
+    distance = np.linalg.norm(xy[i] - xy[j], axis=1)
+    speed = np.divide(distance, dt, out=np.zeros_like(dt), where=dt > 0)
+    return t[i[speed > settings.box_speed_threshold_m_s]]
+
+
+def _moves(recording: RecordedMotion, start: float, end: float, settings: IdentificationSettings) -> np.ndarray:
+    """[start, end] where the box rests at least box_moved_m from where it rested before
+    (the median tracked pose over box_speed_base_s before and after), else nothing."""
+    t, xy = recording.box_t, recording.box_pose[:, :2]
+    base = settings.box_speed_base_s
+    pre = xy[(t >= start - 2 * base) & (t < start - base)]
+    post = xy[(t > end) & (t <= end + base)]
+    pre = pre if len(pre) else xy[t < start][-1:] if np.any(t < start) else xy[:1]
+    post = post if len(post) else xy[t > end][:1] if np.any(t > end) else xy[-1:]
+    moved = np.linalg.norm(np.median(post, axis=0) - np.median(pre, axis=0))
+    return np.array([start, end]) if moved >= settings.box_moved_m else np.zeros(0)
+
+
+def _groups(times: np.ndarray, gap_s: float) -> list[tuple[float, float]]:
+    """Sorted times split where consecutive ones are more than gap_s apart: [(first, last)]."""
+    if len(times) == 0:
+        return []
+    cuts = np.nonzero(np.diff(times) > gap_s)[0]
+    return [(float(times[a]), float(times[b])) for a, b in zip(np.r_[0, cuts + 1], np.r_[cuts, len(times) - 1])]
 
 
 def touches_robot(spec: mujoco.MjSpec, recording: RecordedMotion) -> bool:

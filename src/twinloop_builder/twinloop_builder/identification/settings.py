@@ -63,7 +63,15 @@ class IdentificationSettings:
     block_steps: int = 100  # rollout block length (memory bound)
     min_duration_s: float = 5.0
     push_margin_s: tuple[float, float] = (0.4, 0.8)  # s before / after the box moves
+    # The box moves where its tracked position changes faster than this, measured over at
+    # least box_speed_base_s: between two frames a few ms apart, the tracker's sub-mm jitter
+    # alone reads as 0.01 m/s (a push moved the box 20-45 mm in 0.1-0.3 s).
     box_speed_threshold_m_s: float = 0.01
+    box_speed_base_s: float = 0.3
+    # m: a stretch of box motion counts as a push only where the box came to rest this far
+    # from where it rested before (a tracked pose that jumps while the arm hides the box
+    # and comes back is not a push)
+    box_moved_m: float = 0.003
     # m: fingers stalled this far short of their target hold something (a lift's grasp)
     holding_lead_m: float = 0.01
     # the box's poses: 'tracked' (the box tracker's, recorded from the camera: what a real cell
