@@ -239,6 +239,45 @@ def test_a_monitor_fault_ends_the_run_with_its_reason(tmp_path, workcell, kinema
     assert not (tmp_path / "emulated").exists()  # nothing written
 
 
+class LateCameraCell(SimulatedLiveCell):
+    """A cell whose `camera`'s image is late (the wait times out, the clock runs on by its
+    timeout) at the given calls of next_image for it, counted from 0."""
+
+    def __init__(self, *args, camera: str, late_calls: set[int], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.late_camera, self.late_calls, self.calls = camera, late_calls, 0
+
+    def next_image(self, camera: str, after_ns: int, timeout_s: float) -> Frame:
+        if camera == self.late_camera:
+            self.calls += 1
+            if self.calls - 1 in self.late_calls:
+                self.sleep(timeout_s)
+                raise TimeoutError(f"no new image on /{camera}/color/image_raw within {timeout_s} s")
+        return super().next_image(camera, after_ns, timeout_s)
+
+
+def test_a_late_image_skips_the_view_and_two_in_a_row_end_the_run(tmp_path, workcell, kinematics, detector):
+    """A loaded host stalled the wrist camera's stream for 5 s in a CI run, and the whole
+    calibration ended. One late image costs its view; a camera late at two poses in a row
+    is not streaming, and the run ends with the wait's message."""
+    settings = CalibrationSettings(calibration_root=str(tmp_path), num_views=7, folds=3, bootstrap=0)
+    logged = []
+    core = WorkcellCalibration(workcell, detector, settings, log=logged.append)
+    cell = LateCameraCell(workcell, kinematics, camera="wrist_camera", late_calls={2})
+    outcome = core.calibrate(CalibrationRequest("live", "wrist_camera", "eye_in_hand"), cell=cell,
+                             camera_info=camera_info(workcell))
+    assert outcome.solved.views_used == 6, outcome.solved.views_used  # 7 poses, the third one's image late
+    assert any("pose 2, wrist_camera: no new image" in line and "skipped" in line for line in logged), logged
+    error_m, error_rad = se3.errors(outcome.solved.transform, se3.inv(kinematics.world_T_link("panda_hand", workcell.home_joint_positions))
+                                    @ kinematics.world_T_link("wrist_camera_color_optical_frame", workcell.home_joint_positions))
+    assert error_m < 0.5e-3 and math.degrees(error_rad) < 0.1  # the first test's tolerances
+    cell = LateCameraCell(workcell, kinematics, camera="wrist_camera", late_calls={2, 3})
+    with pytest.raises(TimeoutError, match="no new image on /wrist_camera"):
+        core.calibrate(CalibrationRequest("live", "wrist_camera", "eye_in_hand"), cell=cell,
+                       camera_info=camera_info(workcell))
+    assert cell.states_armed == ["armed", "disarmed"] and cell.stream is None  # disarmed and the stream stopped
+
+
 def test_cancel_and_bad_requests_are_clear_errors(tmp_path, workcell, kinematics, detector):
     core = WorkcellCalibration(workcell, detector, CalibrationSettings(calibration_root=str(tmp_path), num_views=6))
     cell = SimulatedLiveCell(workcell, kinematics)

@@ -70,6 +70,8 @@ class CalibrationServer(Node):
             "settle_velocity_rad_s": (0.01, "rad/s, and slower than this"),
             "settle_time_s": (0.3, "s, for this long"),
             "move_timeout_s": (8.0, "s, a pose not settled by then is skipped"),
+            "image_timeout_s": (10.0, "s, wait for a camera's image at a pose (late: the view is skipped; "
+                                "late twice in a row: the run ends)"),
             "folds": (5, "k of the k-fold held-out residual"),
             "bootstrap": (20, "bootstrap resamples checking the covariance (0: none)"),
             "max_translation_std_m": (handeye.MAX_TRANSLATION_STD_M, "m, refuse results less certain than this (1 sigma)"),
@@ -88,7 +90,7 @@ class CalibrationServer(Node):
         live = LiveSettings(**{k: p[k] for k in ("command_period_s", "max_joint_speed_rad_s", "plan_moves",
                                                  "settle_time_s",
                                                  "settle_position_tolerance_rad", "settle_velocity_rad_s",
-                                                 "move_timeout_s")})
+                                                 "move_timeout_s", "image_timeout_s")})
         settings = CalibrationSettings(**{k: p[k] for k in (
             "calibration_root", "workcell_name", "base_frame", "gripper_frame", "child_frame_suffix", "anchor_camera",
             "num_views", "min_views", "intrinsics_source", "folds", "bootstrap", "max_translation_std_m",

@@ -133,7 +133,9 @@ class LiveSettings:
     settle_time_s: float = 0.3
     move_timeout_s: float = 8.0  # a pose not settled by then is skipped
     first_state_timeout_s: float = 30.0
-    image_timeout_s: float = 5.0
+    # s, wait for a camera's next image at a pose; a pose whose image is late is skipped,
+    # and a second late pose in a row ends the run (the camera is not streaming)
+    image_timeout_s: float = 10.0
 
 
 @dataclass
@@ -173,6 +175,7 @@ class LiveRun:
                 feedback: Callable[[str, int, int], None] = lambda stage, views, planned: None) -> LiveViews:
         """Visit `poses` (arm joint positions); at each, an image of each camera."""
         out = LiveViews([], {c: [] for c in filter(None, (moving_camera, static_camera))}, [])
+        late: dict[str, int] = {}  # per camera: the last pose whose image was late
         with self._streaming(self.first_joint_state()):
             for index, target in enumerate(poses):
                 if cancelled():
@@ -184,7 +187,9 @@ class LiveRun:
                     continue
                 feedback("detecting", len(out.views), len(poses))
                 for camera in out.detections:
-                    frame = self.cell.next_image(camera, self.cell.now_ns(), self.settings.image_timeout_s)
+                    frame = self._image(camera, index, late)
+                    if frame is None:
+                        continue
                     q = self.cell.joints.at(frame.stamp_ns)
                     try:
                         detection = self.detector.detect(frame.image)
@@ -197,6 +202,19 @@ class LiveRun:
                     if camera == moving_camera:
                         out.views.append(View(self.gripper_pose(frame.stamp_ns, q), detection, label=str(index)))
         return out
+
+    def _image(self, camera: str, index: int, late: dict[str, int]) -> Frame | None:
+        """The camera's first image after now; None (the view skipped) where it is late at
+        this pose only. A loaded host can stall a stream for seconds; a camera late at two
+        poses in a row is not streaming, and that ends the run."""
+        try:
+            return self.cell.next_image(camera, self.cell.now_ns(), self.settings.image_timeout_s)
+        except TimeoutError as error:
+            if late.get(camera) == index - 1:
+                raise
+            late[camera] = index
+            self.log(f"pose {index}, {camera}: {error}; the view is skipped")
+            return None
 
     def gripper_pose(self, stamp_ns: int, q: np.ndarray) -> np.ndarray:
         """base_T_gripper at an image's stamp: the cell's transforms (`frames`: (base,
