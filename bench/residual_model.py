@@ -99,8 +99,8 @@ def main() -> int:
         parser.error("--fit-length must be >= 6 s (identification's shortest recording is 5 s) and "
                      "--held-length >= 2 s")
 
-    from twinloop_builder.residual_fit import MIN_IMPROVEMENT, TwinModel, fit_residual, replay_errors, rmse
-    from twinloop_twin.residual import HAND_BODY, ResidualTorque, ResidualWeights
+    from twinloop_builder.residual_fit import TwinModel, fit_residual, replay_errors, rmse, with_the_load
+    from twinloop_twin.residual import HAND_BODY, ResidualTorque
     from twinloop_twin.physics import load_physics
     from twinloop_twin.truth_draw import describe, draw_truth
     from twinloop_twin.workcell import default_config_dir, load_workcell
@@ -133,14 +133,10 @@ def main() -> int:
         print(f"  a load on the hand: {mass:.3f} kg at {np.round(offset, 4).tolist()} m (the hand's frame); "
               "identifying the arm again with it", flush=True)
         reidentified, networks = again_with_the_load(model, nominal, workcell, fit, outcome.load)
-        if networks.validation_before_rad <= (1.0 - MIN_IMPROVEMENT) * outcome.validation_before_rad:
-            model = reidentified
-            payload = np.array([mass, *offset, float(model.body_mass[model.body(HAND_BODY).id])])
-            weights = (ResidualWeights.load_only(payload) if networks.weights is None
-                       else dataclasses.replace(networks.weights, payload=payload))
-            outcome = dataclasses.replace(networks, weights=weights, load=outcome.load,
-                                          reason=f"a load on the hand, the arm identified again with it; beside it: "
-                                                 f"{networks.reason}")
+        kept = with_the_load(outcome, networks, float(model.body_mass[model.body(HAND_BODY).id]),
+                             f"a load on the hand, the arm identified again with it; beside it: {networks.reason}")
+        if kept is not None:
+            model, outcome = reidentified, kept
         else:
             print("  the arm identified with the load predicts no better: the networks alone (as the build does)")
             outcome = fit_residual(model, [fit], find_load=False)

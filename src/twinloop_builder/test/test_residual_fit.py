@@ -14,7 +14,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from twinloop_builder.residual_fit import TwinModel, fit_residual, noise_floor, replay_errors, rmse
+from twinloop_builder.residual_fit import (MIN_IMPROVEMENT, ResidualOutcome, TwinModel, fit_residual, noise_floor,
+                                          replay_errors, rmse, with_the_load)
 from twinloop_builder.synthetic import simulate_session
 from twinloop_sim.workcell_sim import NO_NOISE, WorkcellSimulation
 from twinloop_twin.physics import ARM_JOINTS, Backlash, Payload, Stribeck, UnmodelledEffects
@@ -86,7 +87,8 @@ def test_a_load_is_found_where_the_hand_has_one_and_not_where_it_has_none(workce
         rotation, jacobian, _, _, torque, motion = labels(TwinModel(model), fit)
 
         def misfit(mass, offset):
-            predicted = point_mass_torques(mass, np.asarray(offset, dtype=float), rotation, jacobian, motion)
+            predicted = point_mass_torques(mass, np.asarray(offset, dtype=float), rotation, jacobian, motion,
+                                           model.opt.gravity)
             return float(np.sqrt(np.mean(((predicted - torque) / gains) ** 2)))
         found, true, none = misfit(*outcome.load), misfit(0.4, (0.0, 0.0, 0.08)), misfit(0.0, (0.0, 0.0, 0.0))
         print(f"torque misfit (rad): found {found:.3e}, the truth's payload {true:.3e}, no load {none:.3e}")
@@ -208,6 +210,29 @@ def test_residual_files_round_trip_and_bad_ones_are_refused(tmp_path):
     assert not ResidualWeights.load(tmp_path / "older.npz").payload.any()
 
 
+def test_a_load_is_kept_only_where_the_arm_identified_with_it_predicts_better():
+    """The decision the build and bench/residual_model.py share: the arm identified again
+    with the found load must predict the validation part MIN_IMPROVEMENT (10 %) better than
+    the first identification; then the residual carries the load (beside the networks, or
+    alone where none were learned), else none (the caller learns the networks alone)."""
+    first = ResidualOutcome(None, "a load on the hand", validation_before_rad=1.0e-3,
+                            load=(0.4, np.array([0.0, 0.01, 0.08])))
+    networks = ResidualWeights.load_only(np.zeros(5))  # any weights: the payload row is what is checked
+    better = ResidualOutcome(dataclasses.replace(networks, payload=None), "learned", validation_before_rad=0.85e-3)
+    kept = with_the_load(first, better, 0.73, "the reason")
+    assert kept is not None and kept.reason == "the reason" and kept.load[0] == 0.4
+    assert np.allclose(kept.weights.payload, [0.4, 0.0, 0.01, 0.08, 0.73])
+    alone = with_the_load(first, ResidualOutcome(None, "no systematic error left", validation_before_rad=0.5e-3), 0.73)
+    assert alone.weights is not None and np.allclose(alone.weights.payload, [0.4, 0.0, 0.01, 0.08, 0.73])
+    assert alone.reason == "no systematic error left"  # no reason given: the networks'
+    edge = (1.0 - MIN_IMPROVEMENT) * first.validation_before_rad
+    assert with_the_load(first, dataclasses.replace(better, validation_before_rad=edge * 1.001), 0.73) is None
+    assert with_the_load(first, dataclasses.replace(better, validation_before_rad=edge * 0.999), 0.73) is not None
+    assert with_the_load(first, None, 0.73) is None  # the stage did not run on the second identification
+    with pytest.raises(ValueError, match="found no load"):
+        with_the_load(dataclasses.replace(first, load=None), better, 0.73)
+
+
 def test_a_build_on_a_cell_with_effects_carries_its_residual_into_replay(tmp_path, workcell, truth, excitation,
                                                                           capsys):
     """`twinloop build build` on bags of the cell with effects: the version gets residual.npz
@@ -258,3 +283,20 @@ def test_a_build_on_a_cell_with_effects_carries_its_residual_into_replay(tmp_pat
     before, after = float(np.mean(plain.joint_rmse_rad[arm])), float(np.mean(with_residual.joint_rmse_rad[arm]))
     print(f"replay of the held-out bag, mean arm joint RMSE: {before * 1e3:.3f} -> {after * 1e3:.3f} mrad")
     assert after < 0.7 * before
+    # A build on top of it (here a selective one, as a correction's) identifies with the
+    # parent's load in its model: its starting point, the parent's parameters, predicts the
+    # held-out bag as the parent's identification with the load did (not as the arm
+    # without it), and the load is carried on in the next version's residual.
+    assert main(["build", "--root", str(root), "--fit", str(fit_bag), "--held-out", str(held_bag),
+                 "--select", "actuator.panda_joint1"]) == 0
+    captured = capsys.readouterr()
+    print(captured.out)
+    assert f"v{twin.version} carries a load on the hand" in captured.err, captured.err
+    child = load_twin_version(root, "emulated")
+    assert child.manifest.provenance.parent_version == twin.version
+    start_mrad = yaml.safe_load(child.file_path(REPORT_FILE).read_text())["held_out"]["joint_rmse_before_rad"] * 1e3
+    assert start_mrad == pytest.approx(load["held_out_rmse_mrad_with_it"], rel=0.02), (start_mrad, load)
+    carried = ResidualWeights.load(child.file_path(RESIDUAL_FILE)).payload
+    assert np.allclose(carried, ResidualWeights.load(twin.file_path(RESIDUAL_FILE)).payload), carried
+    child_load = yaml.safe_load(child.file_path(REPORT_FILE).read_text())["residual"]["load"]
+    assert child_load["from_parent"] and child_load["mass_kg"] == load["mass_kg"], child_load

@@ -31,7 +31,7 @@ from twinloop_builder.identification import (IdentificationCancelled, Identifica
 from twinloop_builder.identification.data import sort_fit_data
 from twinloop_builder.identification.pipeline import residual_planned
 from twinloop_builder.recording import RecordingError, load_recording
-from twinloop_builder.residual_fit import MIN_IMPROVEMENT, ResidualOutcome, fit_residual
+from twinloop_builder.residual_fit import ResidualOutcome, fit_residual, with_the_load
 
 REPORT_FILE = "identification/report.yaml"
 
@@ -137,6 +137,9 @@ class Identified:
     fit: list
     held_out: list
     select: tuple[str, ...] = ()
+    # the load on the hand the identification's model had (mass kg, offset m in the hand's
+    # frame): the parent's residual's, which the next version carries on; None: none
+    load: tuple[float, np.ndarray] | None = None
 
 
 def held_out_lineage(root: Path | str, workcell: str, version: int) -> dict[str, str]:
@@ -185,9 +188,23 @@ def identify_from_bags(root: Path | str, workcell: str, fit_bags: Sequence[str],
     held_out = [load_recording(p, expected_split="held_out", min_duration_s=1.0, box_source=settings.box_source)
                 for p in held_out_bags]
     spec = mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE)))
+    load = parent_load(parent)
+    if load is not None:  # the parent's parameters were identified with it: so are these
+        progress("reading", 0.0, f"v{parent.version} carries a load on the hand ({load[0]:.3f} kg at "
+                                 f"{np.round(load[1], 3).tolist()} m): identifying with it")
+        add_hand_load(spec, load[0], load[1], radius_m=0.0)
     result = identify(spec, parent.parameters.means(), fit, held_out=held_out, settings=settings, select=select,
                       progress=progress, plan=plan, cancelled=cancelled)
-    return Identified(parent, result, fit, held_out, tuple(select))
+    return Identified(parent, result, fit, held_out, tuple(select), load)
+
+
+def parent_load(parent: TwinBundle) -> tuple[float, np.ndarray] | None:
+    """The load on the hand a version's residual carries (mass kg, offset m), None if none."""
+    path = parent.path / RESIDUAL_FILE
+    if not path.is_file():
+        return None
+    weights = ResidualWeights.load(path)
+    return (weights.payload_mass_kg, weights.payload_offset_m.copy()) if weights.payload_mass_kg > 0.0 else None
 
 
 def write_identified_version(root: Path | str, identified: Identified, *, parameters: ParameterSet | None = None,
@@ -252,11 +269,18 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
     correction's, widened ones included); the residual is then learned against them after a
     selective identification too, since what it compensates is the whole version's error.
     `load`: a load on the hand (mass, offset in the hand's frame) the identification had in
-    its model: the networks learn what is left beside it. `stop_at_load`: return as soon as
-    the stage finds a load (fit_residual); `find_load` False: no load is looked for."""
+    its model: the networks learn what is left beside it (default: the identification's own,
+    the parent's, which the outcome carries on even where no network is kept or the stage
+    does not run). `stop_at_load`: return as soon as the stage finds a load (fit_residual);
+    `find_load` False: no load is looked for."""
+    inherited = load is None and identified.load is not None
+    load = identified.load if load is None else load
     data = sort_fit_data(identified.fit, settings)
     if not residual_planned(data, () if parameters is not None else identified.select, settings.residual):
-        return None
+        return (None if not inherited else
+                ResidualOutcome(ResidualWeights.load_only(_payload(identified.parent, load)),
+                                f"the parent's load on the hand carried on ({load[0]:.3f} kg), no network learned",
+                                load=load, load_note={"from_parent": True}))
     parent = identified.parent
     if parameters is None:
         parameters = identified_parameters(parent.parameters, identified.result, identified.select)
@@ -267,8 +291,20 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
     outcome = fit_residual(spec.compile(), data.arm, identified.held_out, mode=settings.residual,
                            find_load=find_load and load is None, stop_at_load=stop_at_load,
                            progress=lambda fraction, message: progress("residual", fraction, message))
+    if inherited:
+        payload = _payload(parent, load)
+        outcome = dataclasses.replace(
+            outcome, load=load, load_note={"from_parent": True},
+            weights=(ResidualWeights.load_only(payload) if outcome.weights is None
+                     else dataclasses.replace(outcome.weights, payload=payload)),
+            reason=f"{outcome.reason}; the parent's load on the hand ({load[0]:.3f} kg) carried on")
     progress("residual", 1.0, f"residual: {outcome.reason}")  # whichever way it ended
     return outcome
+
+
+def _payload(parent: TwinBundle, load: tuple[float, Sequence[float]]) -> np.ndarray:
+    """A residual file's payload row: [mass, x, y, z, the hand body's own mass]."""
+    return np.array([load[0], *load[1], _hand_mass(parent)])
 
 
 def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[str], held_out_bags: Sequence[str] = (),
@@ -289,8 +325,8 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     identified = identify_from_bags(root, workcell, fit_bags, held_out_bags, parent_version=parent_version,
                                     select=select, settings=settings, progress=progress, plan=plan,
                                     cancelled=cancelled)
-    residual = fit_identified_residual(identified, settings, progress, stop_at_load=True)
-    if residual is not None and residual.load is not None:
+    residual = fit_identified_residual(identified, settings, progress, stop_at_load=identified.load is None)
+    if residual is not None and residual.load is not None and identified.load is None:
         identified, residual = _again_with_the_load(identified, residual, settings, progress, cancelled)
     return BuildResult(write_identified_version(root, identified, residual=residual, progress=progress),
                        identified.result, residual)
@@ -314,25 +350,23 @@ def _again_with_the_load(identified: Identified, first: ResidualOutcome, setting
     result = identify(spec, start, identified.fit, held_out=identified.held_out, settings=settings,
                       select=identified.select, cancelled=cancelled,
                       progress=lambda stage, fraction, message: progress("residual", 0.5, f"with the load: {message}"))
-    again = Identified(parent, result, identified.fit, identified.held_out, identified.select)
+    again = Identified(parent, result, identified.fit, identified.held_out, identified.select,
+                       (mass, np.asarray(offset, dtype=float)))
     second = fit_identified_residual(again, settings, progress, load=(mass, offset))
-    if second is None or not second.validation_before_rad <= (1.0 - MIN_IMPROVEMENT) * first.validation_before_rad:
-        # the load did not make the arm's own prediction better: not a load; the networks alone
-        progress("residual", 0.5, "the arm identified with the load predicts the validation part no better: the "
-                                  "networks alone on the first identification")
-        return identified, fit_identified_residual(identified, settings, progress, find_load=False)
-    payload = np.array([mass, *offset, _hand_mass(parent)])
-    weights = (ResidualWeights.load_only(payload) if second.weights is None
-               else dataclasses.replace(second.weights, payload=payload))
     note = {"arm_identified_again_with_it": True,
             "held_out_rmse_mrad_without_it": _mrad(identified.result.held_out_rmse_after_rad),
             "held_out_rmse_mrad_with_it": _mrad(result.held_out_rmse_after_rad)}
     reason = (f"a load on the hand the description lacks, {mass:.3f} kg at {np.round(offset, 3).tolist()} m (the "
               f"hand's frame); the arm identified again with it (held-out {note['held_out_rmse_mrad_without_it']} -> "
-              f"{note['held_out_rmse_mrad_with_it']} mrad); beside it: {second.reason}")
+              f"{note['held_out_rmse_mrad_with_it']} mrad); beside it: {second.reason if second else 'nothing'}")
+    kept = with_the_load(first, second, _hand_mass(parent), reason)
+    if kept is None:
+        # the load did not make the arm's own prediction better: not a load; the networks alone
+        progress("residual", 0.5, "the arm identified with the load predicts the validation part no better: the "
+                                  "networks alone on the first identification")
+        return identified, fit_identified_residual(identified, settings, progress, find_load=False)
     progress("residual", 1.0, f"residual: {reason}")
-    return again, dataclasses.replace(second, weights=weights, reason=reason, load=(mass, np.asarray(offset)),
-                                      load_note=note)
+    return again, dataclasses.replace(kept, load_note=note)
 
 
 def _hand_mass(parent: TwinBundle) -> float:
@@ -345,5 +379,5 @@ def _mrad(value: float) -> float | None:
 
 
 __all__ = ["BuildResult", "IdentificationCancelled", "IdentificationError", "Identified", "RecordingError",
-           "REPORT_FILE", "build_identified_twin", "fit_identified_residual", "held_out_lineage", "identified_parameters", "identify_from_bags",
+           "REPORT_FILE", "build_identified_twin", "fit_identified_residual", "held_out_lineage", "identified_parameters", "identify_from_bags", "parent_load",
            "physics_with", "write_identified_version"]

@@ -43,7 +43,7 @@ import numpy as np
 from scipy.signal import savgol_filter
 
 from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
-from twinloop_twin.residual import GRAVITY_M_S2, HAND_BODY, ResidualTorque, ResidualWeights
+from twinloop_twin.residual import HAND_BODY, ResidualTorque, ResidualWeights
 from twinloop_twin.scene import (command_actuator_ids, command_delay_of, fill_command_history, joint_dof_addresses,
                                  joint_qpos_addresses, reset_to_home)
 
@@ -221,16 +221,18 @@ def _to_joints(jacobian: np.ndarray, force: np.ndarray, moment: np.ndarray) -> n
     return np.einsum("nij,ni->nj", jacobian[:, :3], force) + np.einsum("nij,ni->nj", jacobian[:, 3:], moment)
 
 
-def payload_regressor(rotation: np.ndarray, jacobian: np.ndarray, motion: np.ndarray) -> np.ndarray:
+def payload_regressor(rotation: np.ndarray, jacobian: np.ndarray, motion: np.ndarray,
+                      gravity: np.ndarray) -> np.ndarray:
     """(N, 7, 10): the joint torques a rigid load on the hand exerts are Y @ theta, linear in
     its inertial parameters theta = (m, m c (3), I_o (xx yy zz xy xz yz)) in the hand's frame,
     c its centre of mass and I_o its inertia about the hand's origin (the Newton-Euler
     equations of the load: -F = m (g - a) - alpha x h - w x (w x h), -N = h x (g - a) -
-    I alpha - w x (I w), with h = R m c and I = R I_o R^T in the world)."""
+    I alpha - w x (I w), with h = R m c and I = R I_o R^T in the world; g: `gravity`, the
+    model's)."""
     n = len(rotation)
     axes = rotation.reshape(n, 3, 3)
     w, linear, angular = motion[:, :3], motion[:, 3:6], motion[:, 6:]
-    free = GRAVITY_M_S2 - linear  # g - a
+    free = np.asarray(gravity, dtype=float) - linear  # g - a
     zero = np.zeros((n, 3))
     columns = [_to_joints(jacobian, free, zero)]
     for i in range(3):
@@ -246,11 +248,11 @@ def payload_regressor(rotation: np.ndarray, jacobian: np.ndarray, motion: np.nda
 
 
 def point_mass_torques(mass_kg: float, offset_m: np.ndarray, rotation: np.ndarray, jacobian: np.ndarray,
-                       motion: np.ndarray) -> np.ndarray:
+                       motion: np.ndarray, gravity: np.ndarray) -> np.ndarray:
     """(N, 7) joint torques a point mass at `offset_m` (the hand's frame) exerts on the arm."""
     c = np.asarray(offset_m, dtype=float)
     theta = np.array([mass_kg, *(mass_kg * c), *_point_inertia(mass_kg, c)])
-    return payload_regressor(rotation, jacobian, motion) @ theta
+    return payload_regressor(rotation, jacobian, motion, gravity) @ theta
 
 
 def _point_inertia(mass_kg: float, c: np.ndarray) -> np.ndarray:
@@ -259,7 +261,29 @@ def _point_inertia(mass_kg: float, c: np.ndarray) -> np.ndarray:
     return np.array([full[0, 0], full[1, 1], full[2, 2], full[0, 1], full[0, 2], full[1, 2]])
 
 
-def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray) -> tuple[float, np.ndarray] | None:
+def with_the_load(first: ResidualOutcome, second: ResidualOutcome | None, hand_mass_kg: float,
+                  reason: str = "") -> ResidualOutcome | None:
+    """The residual that carries the load `first` found (stop_at_load), where the arm
+    identified again with that load in its model predicts the validation part at least
+    MIN_IMPROVEMENT better than the first identification did; `second` is the networks'
+    outcome beside the load on that arm (fit_residual(find_load=False)). None where the
+    load is not kept: the caller learns the networks alone on the first identification.
+    `hand_mass_kg`: the hand body's own mass in the model without the load (the residual
+    file keeps it, attach_payload checks it)."""
+    if first.load is None:
+        raise ValueError("with_the_load: the first outcome found no load")
+    if second is None or not second.validation_before_rad <= (1.0 - MIN_IMPROVEMENT) * first.validation_before_rad:
+        return None
+    mass, offset = first.load
+    payload = np.array([mass, *offset, hand_mass_kg])
+    weights = (ResidualWeights.load_only(payload) if second.weights is None
+               else dataclasses.replace(second.weights, payload=payload))
+    return dataclasses.replace(second, weights=weights, load=(mass, np.asarray(offset, dtype=float)),
+                               reason=reason or second.reason)
+
+
+def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray,
+                gravity: np.ndarray) -> tuple[float, np.ndarray] | None:
     """A load on the hand the description lacks, from the torque labels: the inertial
     parameters by linear least squares (the torque errors over each joint's gain, as the
     networks' loss), then refined as a point mass (scipy least_squares from there; mass,
@@ -268,7 +292,7 @@ def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray) -> tuple[
     farther than PAYLOAD_MAX_OFFSET_M from the hand."""
     from scipy.optimize import least_squares
 
-    regressor = (payload_regressor(rotation, jacobian, motion) / gains[None, :, None]).reshape(-1, 10)
+    regressor = (payload_regressor(rotation, jacobian, motion, gravity) / gains[None, :, None]).reshape(-1, 10)
     target = (torque / gains[None, :]).ravel()
     theta, *_ = np.linalg.lstsq(regressor, target, rcond=None)
     mass = float(theta[0])
@@ -362,13 +386,13 @@ def fit_residual(model: mujoco.MjModel, recordings: Sequence[RecordedMotion],
     started = time.monotonic()
     gains = model.actuator_gainprm[command_actuator_ids(model, ARM_JOINTS), 0]
     rotation, jacobian, velocity, error, torque, motion = data
-    payload = fit_payload(rotation, jacobian, torque, motion, gains) if find_load else None
+    payload = fit_payload(rotation, jacobian, torque, motion, gains, model.opt.gravity) if find_load else None
     outcome.load = payload
     if payload is not None and stop_at_load:
         outcome.reason = f"a load on the hand: {payload[0]:.3f} kg at {np.round(payload[1], 3).tolist()} m"
         return outcome
     if payload is not None:  # the networks learn what the load leaves
-        torque = torque - point_mass_torques(*payload, rotation, jacobian, motion)
+        torque = torque - point_mass_torques(*payload, rotation, jacobian, motion, model.opt.gravity)
         progress(0.3, f"residual: a load on the hand the description lacks: {payload[0]:.3f} kg at "
                       f"{np.round(payload[1], 3).tolist()} m (the hand's frame)")
     weights = train(rotation, jacobian, velocity, error, torque, gains, iterations=iterations)

@@ -37,7 +37,6 @@ from twinloop_twin.scene import command_actuator_ids, delayed_target, joint_dof_
 RESIDUAL_FILE = "residual.npz"
 HAND_BODY = "panda_hand"
 FORMAT = 1
-GRAVITY_M_S2 = np.array([0.0, 0.0, -9.81])
 _MASS_MATCH_KG = 1e-9  # a hand mass this close to the expected one is that mass
 _LAYERS = ("wrench", "joint")
 
@@ -119,11 +118,13 @@ def _mlp(layers: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
     return np.tanh(np.tanh(x @ w1.T + b1) @ w2.T + b2) @ w3.T + b3
 
 
-def payload_torques(mass_kg: float, offset_m: np.ndarray, rotation: np.ndarray, jacobian: np.ndarray) -> np.ndarray:
+def payload_torques(mass_kg: float, offset_m: np.ndarray, rotation: np.ndarray, jacobian: np.ndarray,
+                    gravity: np.ndarray) -> np.ndarray:
     """(N, 7) joint torques of a point mass's weight at `offset_m` in the hand's frame, from
-    (N, 9) hand rotations and (N, 6, 7) hand Jacobians: J_p^T m g, J_p = J_v - [R r]x J_w."""
+    (N, 9) hand rotations and (N, 6, 7) hand Jacobians: J_p^T m g, J_p = J_v - [R r]x J_w;
+    `gravity` the model's (model.opt.gravity, m/s^2)."""
     arm = rotation.reshape(-1, 3, 3) @ offset_m  # (N, 3) the point from the hand's origin, world
-    force = mass_kg * GRAVITY_M_S2
+    force = mass_kg * np.asarray(gravity, dtype=float)
     return (np.einsum("nij,i->nj", jacobian[:, :3], force)
             + np.einsum("nij,ni->nj", jacobian[:, 3:], np.cross(arm, force)))
 
@@ -194,7 +195,8 @@ class ResidualTorque:
         networks = (np.einsum("nij,ni->nj", jacobian, wrench) + local) * w.mask
         if w.payload_mass_kg <= 0.0:
             return networks
-        return networks + payload_torques(w.payload_mass_kg, w.payload_offset_m, rotation, jacobian)
+        return networks + payload_torques(w.payload_mass_kg, w.payload_offset_m, rotation, jacobian,
+                                          self.model.opt.gravity)
 
     def features(self, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(rotation, Jacobian, velocity, error) of one state, each with a leading axis of 1.

@@ -10,6 +10,7 @@ DDS) is test/test_cli_live.py::test_validate_run.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import yaml
 
@@ -235,6 +236,10 @@ def test_a_parents_learned_residual_is_learned_again_against_the_corrected_param
     mine = ResidualWeights.load(corrected.file_path(RESIDUAL_FILE))
     theirs = ResidualWeights.load(parent.file_path(RESIDUAL_FILE))
     assert mine.to_bytes() != theirs.to_bytes()
+    # the parent's load on the hand (found by its build: 0.4 kg in the truth) was in the
+    # correction's model, and the corrected version carries it on
+    assert 0.3 <= theirs.payload_mass_kg <= 0.55, theirs.payload
+    assert np.array_equal(mine.payload, theirs.payload) and learned["load"]["from_parent"], learned.get("load")
 
 
 def test_after_the_cell_changed_the_parents_recordings_are_left_out(cell, tmp_path):
