@@ -184,6 +184,30 @@ def test_push_windows_ignore_tracker_jitter_and_jumps_that_come_back():
     assert start <= 12.0 and 12.3 <= end <= 12.3 + 0.3 + 0.8 + 0.1, windows  # speed base and margin
 
 
+def test_a_hold_is_a_stalled_finger_not_one_closing_behind_its_target():
+    """The fingers close at 0.1 m/s at 3 s behind a target that moves in 4 mm steps (a
+    ragged command stream: the finger lags it by more than holding_lead_m while it moves;
+    a CI run found a window there), then hold a box at 12-15 s: stalled at 0.029 m, the
+    target at 0.018 m. One window, the hold's."""
+    state_t = np.arange(0.0, 20.0, 0.002)
+    finger = np.interp(state_t, [0, 3.0, 3.15, 11.9, 12.0, 15.0, 15.2, 20], [0.04, 0.04, 0.025, 0.025, 0.029, 0.029,
+                                                                             0.04, 0.04])
+    command_t = np.arange(0.0, 20.0, 0.04)
+    target = np.interp(command_t, [0, 2.99, 3.0, 3.1, 11.9, 12.0, 15.0, 15.2, 20], [0.04, 0.04, 0.036, 0.018, 0.025,
+                                                                                     0.018, 0.018, 0.04, 0.04])
+    target = np.round(target / 0.004) * 0.004  # in steps
+    position, command = np.zeros((len(state_t), 9)), np.zeros((len(command_t), 8))
+    position[:, 7] = position[:, 8] = finger
+    velocity = np.gradient(position, state_t, axis=0)
+    command[:, 7] = target
+    motion = RecordedMotion("fingers", state_t, position, velocity, np.zeros_like(position), command_t, command)
+    settings = ident.IdentificationSettings()
+    lag = position[:, 7] - motion.commands_on_grid(state_t)[:, 7]
+    assert lag[(state_t > 3.0) & (state_t < 3.2)].max() > settings.holding_lead_m  # the case: lagging, not holding
+    windows = push_windows(motion, settings)
+    assert len(windows) == 1 and windows[0][0] < 12.0 < 15.0 < windows[0][1] < 16.0, windows
+
+
 # ----------------------------------------------------------------------------- the stages' pieces
 
 def test_mimic_and_prismatic_joints_come_from_the_scene(spec):

@@ -78,7 +78,8 @@ def joint_travel(recordings: Sequence[RecordedMotion]) -> dict[str, float]:
 
 def push_windows(recording: RecordedMotion, settings: IdentificationSettings) -> np.ndarray:
     """Windows [(start, end)] where the box moved on the table or the gripper held it (a
-    lift: the fingers stalled short of their target), with margins. A lifted box is not
+    lift: the fingers stalled, slower than holding_speed_m_s, short of their target), with
+    margins. A lifted box is not
     judged from its pose: a tracker that expects the box on the table need not follow it
     up; the held box's weight shows in the arm's joints."""
     before, after = settings.push_margin_s
@@ -87,8 +88,10 @@ def push_windows(recording: RecordedMotion, settings: IdentificationSettings) ->
     if len(recording.command_t):
         commanded = recording.commands_on_grid(recording.state_t)
         for finger in (j for j in COMMANDED_JOINTS if j not in ARM_JOINTS):
-            short = recording.position[:, ALL_JOINTS.index(finger)] - commanded[:, COMMANDED_JOINTS.index(finger)]
-            moving = np.union1d(moving, recording.state_t[short > settings.holding_lead_m])
+            column = ALL_JOINTS.index(finger)
+            short = recording.position[:, column] - commanded[:, COMMANDED_JOINTS.index(finger)]
+            stalled = np.abs(recording.velocity[:, column]) < settings.holding_speed_m_s
+            moving = np.union1d(moving, recording.state_t[(short > settings.holding_lead_m) & stalled])
     first, last = recording.state_t[0], recording.state_t[-1]
     return np.array([(max(first, a - before), min(last, b + after))
                      for a, b in _groups(np.unique(moving), before + after)]).reshape(-1, 2)

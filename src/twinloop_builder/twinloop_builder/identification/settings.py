@@ -74,6 +74,9 @@ class IdentificationSettings:
     box_moved_m: float = 0.003
     # m: fingers stalled this far short of their target hold something (a lift's grasp)
     holding_lead_m: float = 0.01
+    # m/s: stalled is slower than this (a finger closing at 0.1 m/s behind a target that a
+    # ragged command stream moved in steps lagged it by 1 cm without holding anything)
+    holding_speed_m_s: float = 0.005
     # the box's poses: 'tracked' (the box tracker's, recorded from the camera: what a real cell
     # has) or 'ground_truth' (a simulator's own; only for tests and benchmarks that score this)
     box_source: str = "tracked"
