@@ -292,6 +292,7 @@ def test_a_build_on_a_cell_with_effects_carries_its_residual_into_replay(tmp_pat
     captured = capsys.readouterr()
     print(captured.out)
     assert f"v{twin.version} carries a load on the hand" in captured.err, captured.err
+    assert f"v{twin.version}'s learned residual networks are not carried on" in captured.err, captured.err
     child = load_twin_version(root, "emulated")
     assert child.manifest.provenance.parent_version == twin.version
     start_mrad = yaml.safe_load(child.file_path(REPORT_FILE).read_text())["held_out"]["joint_rmse_before_rad"] * 1e3

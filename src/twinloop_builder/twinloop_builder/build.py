@@ -328,6 +328,13 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     residual = fit_identified_residual(identified, settings, progress, stop_at_load=identified.load is None)
     if residual is not None and residual.load is not None and identified.load is None:
         identified, residual = _again_with_the_load(identified, residual, settings, progress, cancelled)
+    parent = identified.parent
+    if (parent.path / RESIDUAL_FILE).is_file() and not residual_planned(sort_fit_data(identified.fit, settings),
+                                                                         identified.select, settings.residual):
+        # what the parent's networks compensated was its parameters' error, not these
+        progress("residual", 1.0, f"v{parent.version}'s learned residual networks are not carried on (they compensated "
+                                  f"its parameters' error; the stage learns them again after a whole-arm "
+                                  f"identification, not after --select or with --residual off)")
     return BuildResult(write_identified_version(root, identified, residual=residual, progress=progress),
                        identified.result, residual)
 

@@ -205,7 +205,7 @@ def _goal(args) -> int:
             # the builder stops at the optimizer's next iteration, which can take a while
             cancel_wait_s=300.0, on_cancel=lambda: progress(CANCEL_WAIT.format(node="the twin builder")))
         if args.held_out:
-            print(f"held-out joint RMSE: nominal {result.held_out_rmse_before * 1e3:.3f} mrad -> identified "
+            print(f"held-out joint RMSE: parent version {result.held_out_rmse_before * 1e3:.3f} mrad -> identified "
                   f"{result.held_out_rmse_after * 1e3:.3f} mrad")
         missing = list(result.not_identifiable)
         print(f"not identifiable: {', '.join(missing) or 'none'}" if len(missing) <= 6 else
@@ -222,7 +222,7 @@ def format_result(result) -> str:
     for name, e in result.estimates.items():
         interval = f"[{e.ci_low:.4g}, {e.ci_high:.4g}]" if e.ci_low == e.ci_low else "-"
         lines.append(f"{name:42s} {e.mean:11.5g} {e.std:10.3g}  {interval:>25s}  {'yes' if e.identifiable else 'NO'}")
-    lines.append(f"held-out joint RMSE: nominal {result.held_out_rmse_before_rad * 1e3:.3f} mrad -> identified "
+    lines.append(f"held-out joint RMSE: parent version {result.held_out_rmse_before_rad * 1e3:.3f} mrad -> identified "
                  f"{result.held_out_rmse_after_rad * 1e3:.3f} mrad")
     lines += [f"guidance: {g}" for g in result.guidance]
     return "\n".join(lines)
