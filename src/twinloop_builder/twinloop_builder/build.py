@@ -345,8 +345,10 @@ def _again_with_the_load(identified: Identified, first: ResidualOutcome, setting
     """The residual stage found a load on the hand the description lacks: the arm's
     parameters had taken some of it up (its inertia into armature and gains), so the arm is
     identified again with the load in the model, and the networks learn what is left. The
-    version's residual carries the load (twinloop_twin.residual: its inertia on the hand,
-    its weight), whatever the networks' verdict."""
+    load is kept (residual_fit.with_the_load) where that arm predicts the validation part
+    MIN_IMPROVEMENT better; the version's residual then carries it (twinloop_twin.residual:
+    its inertia on the hand, its weight) beside the networks or alone. Else the networks
+    alone on the first identification."""
     mass, offset = first.load
     parent = identified.parent
     progress("residual", 0.5, f"a load on the hand: {mass:.3f} kg at {np.round(offset, 3).tolist()} m (the hand's "

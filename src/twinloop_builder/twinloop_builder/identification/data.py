@@ -114,8 +114,9 @@ def _box_moving_times(recording: RecordedMotion, settings: IdentificationSetting
 
 
 def _moves(recording: RecordedMotion, start: float, end: float, settings: IdentificationSettings) -> np.ndarray:
-    """[start, end] where the box rests at least box_moved_m from where it rested before
-    (the median tracked pose over box_speed_base_s before and after), else nothing."""
+    """[start, end] where the box's median tracked position after the stretch ((end, end +
+    base]) is at least box_moved_m from the one before it ([start - 2 base, start - base),
+    base = box_speed_base_s; the nearest pose where a span has none), else nothing."""
     t, xy = recording.box_t, recording.box_pose[:, :2]
     base = settings.box_speed_base_s
     pre = xy[(t >= start - 2 * base) & (t < start - base)]

@@ -65,17 +65,19 @@ class IdentificationSettings:
     push_margin_s: tuple[float, float] = (0.4, 0.8)  # s before / after the box moves
     # The box moves where its tracked position changes faster than this, measured over at
     # least box_speed_base_s: between two frames a few ms apart, the tracker's sub-mm jitter
-    # alone reads as 0.01 m/s (a push moved the box 20-45 mm in 0.1-0.3 s).
+    # alone reads as more than 0.01 m/s (a push moved the box 20-45 mm in 0.1-0.3 s).
     box_speed_threshold_m_s: float = 0.01
+    # s: also the span of the poses whose median places the box before a stretch of motion
+    # ([start - 2 base, start - base)) and after it ((end, end + base])
     box_speed_base_s: float = 0.3
-    # m: a stretch of box motion counts as a push only where the box came to rest this far
-    # from where it rested before (a tracked pose that jumps while the arm hides the box
-    # and comes back is not a push)
+    # m: a stretch of box motion counts as a push only where the box's median position after
+    # it is this far from the one before (a tracked pose that jumps while the arm hides the
+    # box and comes back is not a push)
     box_moved_m: float = 0.003
     # m: fingers stalled this far short of their target hold something (a lift's grasp)
     holding_lead_m: float = 0.01
-    # m/s: stalled is slower than this (a finger closing at 0.1 m/s behind a target that a
-    # ragged command stream moved in steps lagged it by 1 cm without holding anything)
+    # m/s: stalled is slower than this. A finger still closing (0.1 m/s) can lag by 1 cm a
+    # target that a ragged command stream moves in steps, without holding anything.
     holding_speed_m_s: float = 0.005
     # the box's poses: 'tracked' (the box tracker's, recorded from the camera: what a real cell
     # has) or 'ground_truth' (a simulator's own; only for tests and benchmarks that score this)
