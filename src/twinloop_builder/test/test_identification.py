@@ -184,6 +184,20 @@ def test_push_windows_ignore_tracker_jitter_and_jumps_that_come_back():
     assert start <= 12.0 and 12.3 <= end <= 12.3 + 0.3 + 0.8 + 0.1, windows  # speed base and margin
 
 
+def test_a_slow_push_is_one_window_over_its_whole_motion():
+    """A push that moves the box 60 mm over 3 s (longer than the margins' 1.2 s gap): one
+    window from before its start to after its end, not one at each end."""
+    t = np.arange(0.0, 20.0, 1 / 15)
+    pose = np.zeros((len(t), 7))
+    pose[:, 0], pose[:, 1], pose[:, 3] = 0.5 + np.clip((t - 8.0) / 3.0, 0.0, 1.0) * 0.06, 0.1, 1.0
+    state_t = np.arange(0.0, 20.0, 0.01)
+    n = len(state_t)
+    motion = RecordedMotion("slow", state_t, np.zeros((n, 9)), np.zeros((n, 9)), np.zeros((n, 9)),
+                            np.zeros(0), np.zeros((0, 8)), box_t=t, box_pose=pose)
+    windows = push_windows(motion, ident.IdentificationSettings())
+    assert len(windows) == 1 and windows[0][0] <= 8.0 and windows[0][1] >= 11.0, windows
+
+
 def test_a_hold_is_a_stalled_finger_not_one_closing_behind_its_target():
     """The fingers close at 0.1 m/s at 3 s behind a target that moves in 4 mm steps (a
     ragged command stream: the finger lags it by more than holding_lead_m while it moves;

@@ -83,8 +83,9 @@ def push_windows(recording: RecordedMotion, settings: IdentificationSettings) ->
     judged from its pose: a tracker that expects the box on the table need not follow it
     up; the held box's weight shows in the arm's joints."""
     before, after = settings.push_margin_s
-    moving = np.concatenate([_moves(recording, a, b, settings)
-                             for a, b in _groups(_box_moving_times(recording, settings), before + after)] or [np.zeros(0)])
+    box = _box_moving_times(recording, settings)
+    moving = np.concatenate([box[(box >= a) & (box <= b)] for a, b in _groups(box, before + after)
+                             if _moved(recording, a, b, settings)] or [np.zeros(0)])
     if len(recording.command_t):
         commanded = recording.commands_on_grid(recording.state_t)
         for finger in (j for j in COMMANDED_JOINTS if j not in ARM_JOINTS):
@@ -113,18 +114,19 @@ def _box_moving_times(recording: RecordedMotion, settings: IdentificationSetting
     return t[i[speed > settings.box_speed_threshold_m_s]]
 
 
-def _moves(recording: RecordedMotion, start: float, end: float, settings: IdentificationSettings) -> np.ndarray:
-    """[start, end] where the box's median tracked position after the stretch ((end, end +
+def _moved(recording: RecordedMotion, start: float, end: float, settings: IdentificationSettings) -> bool:
+    """Whether the box's median tracked position after a stretch of motion ((end, end +
     base]) is at least box_moved_m from the one before it ([start - 2 base, start - base),
-    base = box_speed_base_s; the nearest pose where a span has none), else nothing."""
+    base = box_speed_base_s; the nearest pose where a span has none)."""
     t, xy = recording.box_t, recording.box_pose[:, :2]
     base = settings.box_speed_base_s
     pre = xy[(t >= start - 2 * base) & (t < start - base)]
+    if not len(pre):  # the last pose before the stretch (the first one if none)
+        pre = xy[max(int(np.searchsorted(t, start)) - 1, 0)][None]
     post = xy[(t > end) & (t <= end + base)]
-    pre = pre if len(pre) else xy[t < start][-1:] if np.any(t < start) else xy[:1]
-    post = post if len(post) else xy[t > end][:1] if np.any(t > end) else xy[-1:]
-    moved = np.linalg.norm(np.median(post, axis=0) - np.median(pre, axis=0))
-    return np.array([start, end]) if moved >= settings.box_moved_m else np.zeros(0)
+    if not len(post):  # the first pose after it (the last one if none)
+        post = xy[min(int(np.searchsorted(t, end, side="right")), len(t) - 1)][None]
+    return bool(np.linalg.norm(np.median(post, axis=0) - np.median(pre, axis=0)) >= settings.box_moved_m)
 
 
 def _groups(times: np.ndarray, gap_s: float) -> list[tuple[float, float]]:
