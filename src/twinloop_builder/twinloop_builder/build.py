@@ -31,7 +31,7 @@ from twinloop_builder.identification import (IdentificationCancelled, Identifica
 from twinloop_builder.identification.data import sort_fit_data
 from twinloop_builder.identification.pipeline import residual_planned
 from twinloop_builder.recording import RecordingError, load_recording
-from twinloop_builder.residual_fit import ResidualOutcome, fit_residual, with_the_load
+from twinloop_builder.residual_fit import ResidualOutcome, carrying_load, fit_residual, with_the_load
 
 REPORT_FILE = "identification/report.yaml"
 
@@ -276,12 +276,20 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
     inherited = load is None and identified.load is not None
     load = identified.load if load is None else load
     data = sort_fit_data(identified.fit, settings)
-    if not residual_planned(data, () if parameters is not None else identified.select, settings.residual):
-        return (None if not inherited else
-                ResidualOutcome(ResidualWeights.load_only(_payload(identified.parent, load)),
-                                f"the parent's load on the hand carried on ({load[0]:.3f} kg), no network learned",
-                                load=load, load_note={"from_parent": True}))
     parent = identified.parent
+    if not residual_planned(data, () if parameters is not None else identified.select, settings.residual):
+        if (parent.path / RESIDUAL_FILE).is_file():
+            # what the parent's networks compensated was its parameters' error, not these
+            progress("residual", 1.0, f"v{parent.version}'s learned residual networks are not carried on (they "
+                                      "compensated its parameters' error; the stage learns them again after a "
+                                      "whole-arm identification with recordings of the arm alone, not after --select "
+                                      "or with --residual off)")
+        if not inherited:
+            return None
+        return dataclasses.replace(
+            carrying_load(ResidualOutcome(None, ""), load, _hand_mass(parent),
+                          f"the parent's load on the hand carried on ({load[0]:.3f} kg), no network learned"),
+            load_note={"from_parent": True})
     if parameters is None:
         parameters = identified_parameters(parent.parameters, identified.result, identified.select)
     _, physics = _identified_physics(parent, parameters)
@@ -292,19 +300,12 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
                            find_load=find_load and load is None, stop_at_load=stop_at_load,
                            progress=lambda fraction, message: progress("residual", fraction, message))
     if inherited:
-        payload = _payload(parent, load)
         outcome = dataclasses.replace(
-            outcome, load=load, load_note={"from_parent": True},
-            weights=(ResidualWeights.load_only(payload) if outcome.weights is None
-                     else dataclasses.replace(outcome.weights, payload=payload)),
-            reason=f"{outcome.reason}; the parent's load on the hand ({load[0]:.3f} kg) carried on")
+            carrying_load(outcome, load, _hand_mass(parent),
+                          f"{outcome.reason}; the parent's load on the hand ({load[0]:.3f} kg) carried on"),
+            load_note={"from_parent": True})
     progress("residual", 1.0, f"residual: {outcome.reason}")  # whichever way it ended
     return outcome
-
-
-def _payload(parent: TwinBundle, load: tuple[float, Sequence[float]]) -> np.ndarray:
-    """A residual file's payload row: [mass, x, y, z, the hand body's own mass]."""
-    return np.array([load[0], *load[1], _hand_mass(parent)])
 
 
 def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[str], held_out_bags: Sequence[str] = (),
@@ -328,13 +329,6 @@ def build_identified_twin(root: Path | str, workcell: str, fit_bags: Sequence[st
     residual = fit_identified_residual(identified, settings, progress, stop_at_load=identified.load is None)
     if residual is not None and residual.load is not None and identified.load is None:
         identified, residual = _again_with_the_load(identified, residual, settings, progress, cancelled)
-    parent = identified.parent
-    if (parent.path / RESIDUAL_FILE).is_file() and not residual_planned(sort_fit_data(identified.fit, settings),
-                                                                         identified.select, settings.residual):
-        # what the parent's networks compensated was its parameters' error, not these
-        progress("residual", 1.0, f"v{parent.version}'s learned residual networks are not carried on (they compensated "
-                                  f"its parameters' error; the stage learns them again after a whole-arm "
-                                  f"identification, not after --select or with --residual off)")
     return BuildResult(write_identified_version(root, identified, residual=residual, progress=progress),
                        identified.result, residual)
 

@@ -274,12 +274,20 @@ def with_the_load(first: ResidualOutcome, second: ResidualOutcome | None, hand_m
         raise ValueError("with_the_load: the first outcome found no load")
     if second is None or not second.validation_before_rad <= (1.0 - MIN_IMPROVEMENT) * first.validation_before_rad:
         return None
-    mass, offset = first.load
+    return carrying_load(second, first.load, hand_mass_kg, reason)
+
+
+def carrying_load(outcome: ResidualOutcome, load: tuple[float, Sequence[float]], hand_mass_kg: float,
+                  reason: str = "") -> ResidualOutcome:
+    """`outcome` whose residual carries a load on the hand (mass kg, offset m in the hand's
+    frame): beside its networks, or alone (ResidualWeights.load_only) where it has none.
+    `hand_mass_kg`: the hand body's own mass in the model without the load."""
+    mass, offset = load
     payload = np.array([mass, *offset, hand_mass_kg])
-    weights = (ResidualWeights.load_only(payload) if second.weights is None
-               else dataclasses.replace(second.weights, payload=payload))
-    return dataclasses.replace(second, weights=weights, load=(mass, np.asarray(offset, dtype=float)),
-                               reason=reason or second.reason)
+    weights = (ResidualWeights.load_only(payload) if outcome.weights is None
+               else dataclasses.replace(outcome.weights, payload=payload))
+    return dataclasses.replace(outcome, weights=weights, load=(mass, np.asarray(offset, dtype=float)),
+                               reason=reason or outcome.reason)
 
 
 def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray,
