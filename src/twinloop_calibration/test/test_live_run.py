@@ -12,7 +12,7 @@ from scipy.stats import chi2
 
 from twinloop_calibration import se3
 from twinloop_calibration.degeneracy import CalibrationError
-from twinloop_calibration.live import Frame, JointBuffer
+from twinloop_calibration.live import Frame, JointBuffer, LiveSettings
 from twinloop_planning.execution import TargetStream
 from twinloop_calibration.targets import TargetDetector, load_targets
 from twinloop_calibration.workcell_calibration import CalibrationRequest, CalibrationSettings, WorkcellCalibration
@@ -276,6 +276,14 @@ def test_a_late_image_skips_the_view_and_two_in_a_row_end_the_run(tmp_path, work
         core.calibrate(CalibrationRequest("live", "wrist_camera", "eye_in_hand"), cell=cell,
                        camera_info=camera_info(workcell))
     assert cell.states_armed == ["armed", "disarmed"] and cell.stream is None  # disarmed and the stream stopped
+
+
+def test_live_settings_refuse_non_finite_or_non_positive_values():
+    assert LiveSettings().image_timeout_s == 10.0
+    for name, value in (("image_timeout_s", float("nan")), ("move_timeout_s", 0.0), ("settle_time_s", -1.0),
+                        ("max_joint_speed_rad_s", float("inf"))):
+        with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+            LiveSettings(**{name: value})
 
 
 def test_cancel_and_bad_requests_are_clear_errors(tmp_path, workcell, kinematics, detector):

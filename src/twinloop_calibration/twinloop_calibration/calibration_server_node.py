@@ -87,10 +87,13 @@ class CalibrationServer(Node):
             target = targets[p["target"] or default]
         except (OSError, ValueError, KeyError) as error:
             raise StartupError(f"cannot load the workcell or the calibration target: {error}") from error
-        live = LiveSettings(**{k: p[k] for k in ("command_period_s", "max_joint_speed_rad_s", "plan_moves",
-                                                 "settle_time_s",
-                                                 "settle_position_tolerance_rad", "settle_velocity_rad_s",
-                                                 "move_timeout_s", "image_timeout_s")})
+        try:
+            live = LiveSettings(**{k: p[k] for k in ("command_period_s", "max_joint_speed_rad_s", "plan_moves",
+                                                     "settle_time_s",
+                                                     "settle_position_tolerance_rad", "settle_velocity_rad_s",
+                                                     "move_timeout_s", "image_timeout_s")})
+        except ValueError as error:
+            raise StartupError(f"live calibration parameters: {error}; fix config/calibration.yaml") from error
         settings = CalibrationSettings(**{k: p[k] for k in (
             "calibration_root", "workcell_name", "base_frame", "gripper_frame", "child_frame_suffix", "anchor_camera",
             "num_views", "min_views", "intrinsics_source", "folds", "bootstrap", "max_translation_std_m",

@@ -137,6 +137,11 @@ class LiveSettings:
     # and a second late pose in a row ends the run (the camera is not streaming)
     image_timeout_s: float = 10.0
 
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not isinstance(value, bool) and not (np.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive finite number, not {value!r}")
+
 
 @dataclass
 class LiveViews:
