@@ -25,7 +25,7 @@ from twinloop_ros.testing import NodeProcess, RosProbe, fresh_domain_id
 from twinloop_twin.bundle import list_versions, load_twin_version
 from twinloop_twin.nominal import build_nominal_twin, physics_parameters
 from twinloop_twin.physics import ARM_JOINTS, load_physics
-from twinloop_twin.scene import compile_workcell
+from twinloop_twin.scene import acting_command_delay, compile_workcell
 from twinloop_twin.workcell import default_config_dir, load_workcell
 
 pytestmark = pytest.mark.ros
@@ -123,8 +123,8 @@ def test_build_action_identifies_the_emulated_workcell(cell):
     gains = {n: p for n, p in twin.parameters.items() if n.startswith("actuator.panda_joint") and p.identifiable}
     errors = {n: p.mean / truth[n] - 1 for n, p in gains.items()}
     print(f"\nbuild {time.monotonic() - started:.0f} s; held-out RMSE {result.held_out_rmse_before * 1e3:.3f} -> "
-          f"{result.held_out_rmse_after * 1e3:.3f} mrad (ratio {ratio:.3f}); delay {delay.mean * 1e3:.2f} ms "
-          f"(truth {truth['command.delay_s'] * 1e3:.1f}); worst gain error "
+          f"{result.held_out_rmse_after * 1e3:.3f} mrad (ratio {ratio:.3f}); delay {delay.mean * 1e3:.2f} ms, acting as "
+          f"{acting_command_delay(delay.mean) * 1e3:.0f} ms (truth {truth['command.delay_s'] * 1e3:.1f}); worst gain error "
           f"{max(errors.items(), key=lambda e: abs(e[1])) if errors else None}; "
           f"not identifiable: {len(result.not_identifiable)}")
     assert ratio <= 0.3
@@ -133,6 +133,7 @@ def test_build_action_identifies_the_emulated_workcell(cell):
     # on 4 s (loaded host): the same, worst error 1.9 % (armature of joint 6, 1.6 sigma).
     assert delay.identifiable, delay
     assert abs(delay.mean - truth["command.delay_s"]) <= 0.001, delay
+    assert acting_command_delay(delay.mean) == pytest.approx(acting_command_delay(truth["command.delay_s"])), delay
     assert len(gains) == 2 * len(ARM_JOINTS), sorted(gains)
     assert all(abs(e) <= 0.05 for e in errors.values()), errors
     identified = {n: p for n, p in twin.parameters.items() if p.identifiable}

@@ -19,7 +19,7 @@ from twinloop_builder.recording import MissingTopic, TooShort, WrongJointNames, 
 from twinloop_builder.synthetic import simulate_session, write_bag
 from twinloop_twin.bundle import load_twin_version
 from twinloop_twin.nominal import build_nominal_twin, load_scene
-from twinloop_twin.scene import command_delay_of
+from twinloop_twin.scene import acting_command_delay, command_delay_of
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,10 @@ def test_build_writes_an_identified_twin_version(tmp_path, short_session):
         "joint.panda_joint5.damping"].mean
     model = load_scene(twin)  # the scene carries the identified values
     assert model.actuator_gainprm[model.actuator("panda_joint2").id, 0] == pytest.approx(kp.mean, rel=1e-5)  # XML digits
-    assert command_delay_of(model.actuator_delay[0]) == pytest.approx(round(twin.parameters["command.delay_s"].mean, 3))
+    assert command_delay_of(model.actuator_delay[0]) == pytest.approx(
+        acting_command_delay(twin.parameters["command.delay_s"].mean))
+    # the middle of the whole step that acts (identification tells the step, not where in it)
+    assert twin.parameters["command.delay_s"].mean * 1e3 % 1.0 == pytest.approx(0.5)
     report = yaml.safe_load(twin.file_path(REPORT_FILE).read_text())
     assert report["held_out"]["joint_rmse_after_rad"] < report["held_out"]["joint_rmse_before_rad"]
     assert stages[0][0] == "reading" and stages[-1] == ("done", 1.0)

@@ -23,6 +23,7 @@ from twinloop_builder.recording import RecordedMotion
 from twinloop_builder.synthetic import simulate_session
 from twinloop_twin.nominal import physics_parameters
 from twinloop_twin.physics import ARM_JOINTS, load_physics
+from twinloop_twin.scene import acting_command_delay
 from twinloop_twin.workcell import default_config_dir
 
 FIT_S = 3.0  # s of joint excitation in the fit sessions (the benchmark scales 30/60/120 s)
@@ -77,6 +78,8 @@ def check_recovery(truth, result):
     delay = result.estimates["command.delay_s"]
     assert delay.identifiable
     assert abs(delay.mean - truth["command.delay_s"]) <= 0.001, delay  # <= 1 ms
+    # the whole step that acts is the truth's exactly (reported: that step's middle)
+    assert acting_command_delay(delay.mean) == pytest.approx(acting_command_delay(truth["command.delay_s"])), delay
     assert not problems, "\n".join(problems)
     print(f"{len(outside)} of {checked} truths outside their 95 % interval" + "".join(f"\n  {o}" for o in outside))
     assert len(outside) <= MAX_OUTSIDE, "\n".join(outside)

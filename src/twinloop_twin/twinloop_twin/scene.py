@@ -24,7 +24,10 @@ Decisions (why):
   simulation time picks the sample before or after it (measured: one run acted as 8 or as
   9 ms depending on how long the simulation had run), so the model holds the command delay
   half a step short (`mujoco_actuator_delay`): it then acts as exactly the whole-step delay
-  at any time. `command.delay_s` in a twin is the delay that acts, never the MuJoCo field.
+  at any time. `command.delay_s` in a twin is a command delay, never the MuJoCo field; it
+  acts as the whole step at or above it (`acting_command_delay`). Identification, which sees
+  only the step that acts, reports the middle of that step: a delay in (k - 1, k] steps
+  acts as k.
 """
 
 from __future__ import annotations
@@ -60,6 +63,12 @@ def command_delay_of(mujoco_delay_s: float, timestep_s: float = TIMESTEP_S) -> f
     if mujoco_delay_s <= 0.0:
         return 0.0
     return max(1, math.ceil(mujoco_delay_s / timestep_s - 1e-6)) * timestep_s
+
+
+def acting_command_delay(delay_s: float, timestep_s: float = TIMESTEP_S) -> float:
+    """The whole-step delay a twin's `command.delay_s` acts as in its scene (rounded up; 0
+    stays 0)."""
+    return command_delay_of(mujoco_actuator_delay(delay_s, timestep_s), timestep_s)
 MAX_COMMAND_DELAY_S = 0.1  # history buffer length; identification may set delays up to this
 ROBOT_ROOT_BODY = "panda_link0"
 GRIPPER_ACTUATOR = "panda_gripper"  # drives panda_finger_joint1; finger 2 follows by equality

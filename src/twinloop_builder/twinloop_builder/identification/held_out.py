@@ -15,6 +15,7 @@ import numpy as np
 
 from twinloop_twin.model_parameters import apply_parameters
 from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS
+from twinloop_twin.scene import acting_command_delay
 
 from twinloop_builder.identification.data import column_weights, make_segment
 from twinloop_builder.identification.fit import BlockedRollout
@@ -38,7 +39,7 @@ def predict_sensors(spec: mujoco.MjSpec, values: Mapping[str, float], recording:
     base = base_model(spec, contacts=True)
     model = copy.copy(base)
     values = dict(values)
-    values[DELAY] = max(base.opt.timestep, round(values[DELAY] / base.opt.timestep) * base.opt.timestep)
+    values[DELAY] = max(base.opt.timestep, acting_command_delay(values[DELAY], base.opt.timestep))
     apply_parameters(model, values)
     segment = make_segment(model, recording, recording.state_t[0], recording.state_t[-1],
                            column_weights(settings, box=False))

@@ -29,6 +29,7 @@ from twinloop_builder.identification.model import FitVariable, base_model, mimic
 from twinloop_builder.identification.results import Estimate, StageFit, StageOutcome
 from twinloop_builder.identification.settings import (BOX_PARAMETERS, DELAY, IdentificationCancelled,
                                                       IdentificationSettings, ProgressFn)
+from twinloop_twin.scene import acting_command_delay
 
 SLIDING_FORCE = "box.mass_kg*box.friction"
 
@@ -44,7 +45,7 @@ def identify_box(spec, prior: Mapping[str, float], values: Mapping[str, float], 
     segments = [make_segment(base, r, a, b, weights) for r in data.pushes for a, b in data.push_windows[r.name]]
     fitted = {v.name for v in variables}
     fixed = {n: v for n, v in values.items() if n not in BOX_PARAMETERS}
-    fixed[DELAY] = round(fixed[DELAY] / base.opt.timestep) * base.opt.timestep  # as the twin's scene will act
+    fixed[DELAY] = acting_command_delay(fixed[DELAY], base.opt.timestep)  # as the twin's scene will act
     fixed.update({n: prior[n] for n in BOX_PARAMETERS if n not in fitted})
     stage = Stage("box", spec, base, variables, fixed, segments, settings)
     fit = fit_contact_stage(stage, np.zeros(len(variables)), settings, progress, cancelled)
