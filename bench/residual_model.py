@@ -109,7 +109,7 @@ def ceiling(identified, truth, workcell, held) -> dict:
         if values is not None:
             apply_parameters(model, values)
         errors = rmse([replay_errors(TwinModel(model), held, UnmodelledForces(model, truth.unmodelled))])
-        out[label] = {"mrad": errors[0] * 1e3, "per_joint_mrad": [round(e * 1e3, 4) for e in errors[1]]}
+        out[label] = {"mrad": errors[0] * 1e3, "per_joint_mrad": [round(float(e) * 1e3, 4) for e in errors[1]]}
     return out
 
 

@@ -14,8 +14,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from twinloop_builder.residual_fit import (MIN_IMPROVEMENT, ResidualOutcome, TwinModel, fit_residual, noise_floor,
-                                          replay_errors, rmse, with_the_load)
+from twinloop_builder.residual_fit import (MIN_IMPROVEMENT, ResidualOutcome, TwinModel, fit_residual, load_changed,
+                                          noise_floor, replay_errors, rmse, with_the_load)
 from twinloop_builder.synthetic import simulate_session
 from twinloop_sim.workcell_sim import NO_NOISE, WorkcellSimulation
 from twinloop_twin.physics import ARM_JOINTS, Backlash, Payload, Stribeck, UnmodelledEffects
@@ -292,6 +292,7 @@ def test_a_build_on_a_cell_with_effects_carries_its_residual_into_replay(tmp_pat
     captured = capsys.readouterr()
     print(captured.out)
     assert f"v{twin.version} carries a load on the hand" in captured.err, captured.err
+    assert f"v{twin.version}'s load on the hand ({load['mass_kg']:.3f} kg) matches these recordings" in captured.err
     assert f"v{twin.version}'s learned residual networks are not carried on" in captured.err, captured.err
     child = load_twin_version(root, "emulated")
     assert child.manifest.provenance.parent_version == twin.version
@@ -301,3 +302,31 @@ def test_a_build_on_a_cell_with_effects_carries_its_residual_into_replay(tmp_pat
     assert np.allclose(carried, ResidualWeights.load(twin.file_path(RESIDUAL_FILE)).payload), carried
     child_load = yaml.safe_load(child.file_path(REPORT_FILE).read_text())["residual"]["load"]
     assert child_load["from_parent"] and child_load["mass_kg"] == load["mass_kg"], child_load
+    check = yaml.safe_load(child.file_path(REPORT_FILE).read_text())["load_check"]
+    assert check["kept"] and abs(check["difference_kg"]) < 0.25 * load["mass_kg"], check
+    # The load taken off the cell (maintenance): a build on bags recorded without it finds
+    # that the parent's load does not match them (about minus its mass), identifies again
+    # without it and carries no load on.
+    unloaded = dataclasses.replace(truth, unmodelled=dataclasses.replace(EFFECTS, payload=None))
+    fit_unloaded = write_bag(simulate_session(workcell, unloaded, [excitation(10.0, 2)], name="fit-unloaded", seed=300),
+                             tmp_path / "fit_unloaded_bag")
+    assert main(["build", "--root", str(root), "--fit", str(fit_unloaded), "--select", "actuator.panda_joint1"]) == 0
+    captured = capsys.readouterr()
+    print(captured.out)
+    assert f"v{child.version}'s load on the hand ({load['mass_kg']:.3f} kg) does not match these recordings" in \
+        captured.err, captured.err
+    third = load_twin_version(root, "emulated")
+    assert third.manifest.provenance.parent_version == child.version
+    assert not (third.path / RESIDUAL_FILE).exists()
+    check = yaml.safe_load(third.file_path(REPORT_FILE).read_text())["load_check"]
+    print(f"the load's check, bags without it: {check}")
+    assert not check["kept"] and check["difference_kg"] == pytest.approx(-load["mass_kg"], rel=0.3), check
+
+
+def test_a_carried_load_counts_as_changed_only_beyond_its_margin():
+    """load_changed: a quarter of the carried mass and at least 0.1 kg (the shipped check read
+    -0.043 kg on a cell that still carried its 0.47 kg load, -0.453 with it taken off)."""
+    assert not load_changed(0.47, -0.043) and load_changed(0.47, -0.453)
+    assert not load_changed(0.47, 0.11) and load_changed(0.47, 0.12)
+    assert not load_changed(0.05, -0.05)  # under 0.1 kg: not told from the check's spread
+    assert load_changed(1.0, 0.3) and not load_changed(1.0, -0.2)

@@ -31,7 +31,8 @@ from twinloop_builder.identification import (IdentificationCancelled, Identifica
 from twinloop_builder.identification.data import sort_fit_data
 from twinloop_builder.identification.pipeline import residual_planned
 from twinloop_builder.recording import RecordingError, load_recording
-from twinloop_builder.residual_fit import ResidualOutcome, carrying_load, fit_residual, with_the_load
+from twinloop_builder.residual_fit import (ResidualOutcome, carrying_load, fit_residual, load_changed,
+                                          load_difference, with_the_load)
 
 REPORT_FILE = "identification/report.yaml"
 
@@ -140,6 +141,9 @@ class Identified:
     # the load on the hand the identification's model had (mass kg, offset m in the hand's
     # frame): the parent's residual's, which the next version carries on; None: none
     load: tuple[float, np.ndarray] | None = None
+    # the parent's load checked against the recordings (the report's `load_check`): its mass,
+    # the mass the recordings show beyond it, whether it was kept; empty where the parent has none
+    load_check: dict = dataclasses.field(default_factory=dict)
 
 
 def held_out_lineage(root: Path | str, workcell: str, version: int) -> dict[str, str]:
@@ -195,7 +199,45 @@ def identify_from_bags(root: Path | str, workcell: str, fit_bags: Sequence[str],
         add_hand_load(spec, load[0], load[1], radius_m=0.0)
     result = identify(spec, parent.parameters.means(), fit, held_out=held_out, settings=settings, select=select,
                       progress=progress, plan=plan, cancelled=cancelled)
-    return Identified(parent, result, fit, held_out, tuple(select), load)
+    identified = Identified(parent, result, fit, held_out, tuple(select), load)
+    return identified if load is None else _check_the_load(identified, settings, progress, cancelled)
+
+
+def _check_the_load(identified: Identified, settings: IdentificationSettings,
+                    progress: Callable[[str, float, str], None], cancelled: Callable[[], bool]) -> Identified:
+    """The parent's load on the hand against these recordings: the mass their torque labels
+    show beyond it on the arm identified with it (residual_fit.load_difference). A load that
+    is no longer on the cell as it was (taken off at maintenance, another tool) would stay in
+    every later version otherwise: the arm is identified again without it, and the residual
+    stage looks for a load from scratch. Needs a recording of the arm alone; without one the
+    load is kept unchecked, and the report says so."""
+    mass, offset = identified.load
+    parent = identified.parent
+    arm = sort_fit_data(identified.fit, settings).arm
+    if not arm:
+        progress("reading", 0.0, f"v{parent.version}'s load on the hand not checked: no fit recording moves the arm "
+                                 "alone")
+        return dataclasses.replace(identified, load_check={"parent_mass_kg": round(mass, 4), "checked": False,
+                                                           "kept": True})
+    _, physics = _identified_physics(parent, identified_parameters(parent.parameters, identified.result,
+                                                                   identified.select))
+    spec = build_workcell_spec(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
+    add_hand_load(spec, mass, offset, radius_m=0.0)
+    difference = load_difference(spec.compile(), arm)
+    check = {"parent_mass_kg": round(mass, 4), "checked": True, "difference_kg": round(difference, 4)}
+    if not load_changed(mass, difference):
+        progress("reading", 0.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) matches these recordings "
+                                 f"({difference:+.3f} kg beyond it)")
+        return dataclasses.replace(identified, load_check={**check, "kept": True})
+    progress("reading", 0.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) does not match these recordings "
+                             f"(they show {difference:+.3f} kg beyond it): the cell's load changed; identifying again "
+                             "without it")
+    result = identify(mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE))),
+                      identified_parameters(parent.parameters, identified.result, identified.select).means(),
+                      identified.fit, held_out=identified.held_out, settings=settings, select=identified.select,
+                      cancelled=cancelled,
+                      progress=lambda stage, fraction, message: progress(stage, fraction, f"without the load: {message}"))
+    return dataclasses.replace(identified, result=result, load=None, load_check={**check, "kept": False})
 
 
 def parent_load(parent: TwinBundle) -> tuple[float, np.ndarray] | None:
@@ -230,6 +272,8 @@ def write_identified_version(root: Path | str, identified: Identified, *, parame
     bags = [SourceBag(path=r.path, sha256=r.sha256, split=r.split, purpose=r.purpose)
             for r in identified.fit + identified.held_out]
     report = report_dict(result, bags)
+    if identified.load_check:
+        report["load_check"] = identified.load_check
     if residual is not None:
         report["residual"] = residual.report()
         if residual.weights is not None:

@@ -62,6 +62,11 @@ SEED = 0
 PAYLOAD_MIN_KG = 0.02  # kg: a load found lighter than this is taken as none
 PAYLOAD_MAX_KG = 5.0  # kg: one heavier is not a load the fit can have found (the Panda carries 3 kg)
 PAYLOAD_MAX_OFFSET_M = 0.3  # m: a centre farther from the hand is no load on it
+# a load a version carries on that the recordings put this fraction of its mass, and at least
+# LOAD_CHANGE_MIN_KG, lighter or heavier is not on the cell as it was (load_difference; on a
+# cell that still carries its 0.47 kg load the check read -0.043 kg, with it taken off -0.453)
+LOAD_CHANGE_FRACTION = 0.25
+LOAD_CHANGE_MIN_KG = 0.1
 _ARM_COLUMNS = [ALL_JOINTS.index(j) for j in ARM_JOINTS]
 _ARM_COMMANDS = [COMMANDED_JOINTS.index(j) for j in ARM_JOINTS]
 
@@ -288,6 +293,28 @@ def carrying_load(outcome: ResidualOutcome, load: tuple[float, Sequence[float]],
                else dataclasses.replace(outcome.weights, payload=payload))
     return dataclasses.replace(outcome, weights=weights, load=(mass, np.asarray(offset, dtype=float)),
                                reason=reason or outcome.reason)
+
+
+def load_difference(model: mujoco.MjModel, recordings: Sequence[RecordedMotion]) -> float:
+    """The mass (kg, signed) on the hand that the recordings' torque labels show beyond what
+    `model` has there: the mass of the linear least-squares load (fit_payload's first step,
+    not bounded). About 0 where the model's hand load is the cell's; about minus its mass
+    where the model has a load the cell no longer carries. NaN without recordings."""
+    if not recordings:
+        return float("nan")
+    twin = TwinModel(model)
+    parts = [labels(twin, r) for r in recordings]
+    rotation, jacobian, _, _, torque, motion = (np.concatenate([p[i] for p in parts]) for i in range(6))
+    gains = model.actuator_gainprm[command_actuator_ids(model, ARM_JOINTS), 0]
+    regressor = (payload_regressor(rotation, jacobian, motion, model.opt.gravity) / gains[None, :, None]).reshape(-1, 10)
+    theta, *_ = np.linalg.lstsq(regressor, (torque / gains[None, :]).ravel(), rcond=None)
+    return float(theta[0])
+
+
+def load_changed(carried_kg: float, difference_kg: float) -> bool:
+    """Whether a carried load of `carried_kg` is not on the cell as it was, given the
+    recordings' `difference_kg` (load_difference)."""
+    return abs(difference_kg) >= max(LOAD_CHANGE_MIN_KG, LOAD_CHANGE_FRACTION * carried_kg)
 
 
 def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray,

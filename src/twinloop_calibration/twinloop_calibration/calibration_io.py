@@ -179,12 +179,16 @@ def report(result: HandEyeResult, *, title: str = "hand-eye calibration",
         lines.append(("  WARNING: " if result.scale_check.anomalous else "  ")
                      + result.scale_check.describe(target_spacing_m))
     if result.bootstrap_ratio is not None:
-        lines.append(f"  analytic / bootstrap std: translation {result.bootstrap_ratio[0]:.2f}, "
-                     f"rotation {result.bootstrap_ratio[1]:.2f}")
+        lines.append(f"  reported / bootstrap spread: translation {result.bootstrap_ratio[0]:.2f}, rotation "
+                     f"{result.bootstrap_ratio[1]:.2f} (the covariance above over the scatter of the views "
+                     "resampled and calibrated again; near 1: the 1-sigma matches it)")
     if time_offset is not None:
         lines.append(f"  time offset: {time_offset.offset_s * 1e3:.2f} +- {time_offset.std_s * 1e3:.2f} ms"
                      if time_offset.observable else f"  time offset: not estimated ({time_offset.reason})")
+    if result.opencv:
+        lines.append("  OpenCV's methods (the starting estimates; the best of them is scored on held-out views "
+                     "above), each one's distance from this result:")
     for name, x in result.opencv.items():
         t, r = se3.errors(x, result.transform)
-        lines.append(f"  OpenCV {name}: differs by {t * 1e3:.2f} mm, {math.degrees(r):.3f} deg")
+        lines.append(f"    {name}: {t * 1e3:.2f} mm, {math.degrees(r):.3f} deg")
     return "\n".join(lines)

@@ -313,12 +313,10 @@ def _set_finger_friction(spec: mujoco.MjSpec, physics: WorkcellPhysics) -> None:
 def camera_offset_transform(offset: CameraOffset) -> np.ndarray:
     """The 4x4 transform from a camera's described optical frame to where it is (URDF rpy:
     R = Rz(yaw) Ry(pitch) Rx(roll))."""
-    roll, pitch, yaw = np.radians(offset.rpy_deg)
-    cr, sr, cp, sp, cy, sy = np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch), np.cos(yaw), np.sin(yaw)
+    from scipy.spatial.transform import Rotation
+
     transform = np.eye(4)
-    transform[:3, :3] = (np.array([[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]])
-                         @ np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
-                         @ np.array([[1.0, 0.0, 0.0], [0.0, cr, -sr], [0.0, sr, cr]]))
+    transform[:3, :3] = Rotation.from_euler("xyz", offset.rpy_deg, degrees=True).as_matrix()  # fixed axes
     transform[:3, 3] = offset.xyz_m
     return transform
 

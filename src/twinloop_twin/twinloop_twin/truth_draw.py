@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import yaml
+from scipy.spatial.transform import Rotation
 
 from twinloop_twin.physics import (ALL_JOINTS, BoxPhysics, CameraOffset, JointPhysics, SensorNoise, UnmodelledEffects,
                                    WorkcellPhysics, physics_to_dict)
@@ -95,12 +96,10 @@ def draw_camera_offsets(seed: int, ranges: dict[str, tuple[tuple[float, float], 
         direction, axis = (v / np.linalg.norm(v) for v in rng.normal(size=(2, 3)))
         xyz = direction * rng.uniform(*translation_mm) / 1000.0
         angle = math.radians(rng.uniform(*rotation_deg))
-        # rpy (fixed axes x, y, z) of the rotation by `angle` about `axis` (Rodrigues)
-        k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
-        r = np.eye(3) + math.sin(angle) * k + (1 - math.cos(angle)) * k @ k
-        rpy = (math.atan2(r[2, 1], r[2, 2]), math.asin(-r[2, 0]), math.atan2(r[1, 0], r[0, 0]))
+        # URDF rpy (fixed axes x, y, z) of the rotation by `angle` about `axis`
+        rpy = Rotation.from_rotvec(angle * axis).as_euler("xyz", degrees=True)
         offsets.append(CameraOffset(camera, tuple(round(float(v), 5) for v in xyz),
-                                    tuple(round(math.degrees(v), 4) for v in rpy)))
+                                    tuple(round(float(v), 4) for v in rpy)))
     return tuple(offsets)
 
 
