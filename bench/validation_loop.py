@@ -74,13 +74,19 @@ def main() -> int:
         again = json.loads(corrected[mode].read_text())["summary"] if corrected[mode].is_file() else None
         print(f"{mode:10s} {s['real_successes']:2d}/{s['trials']} {s['real_rate']:4.0%} "
               f"({s['real_interval'][0]:.0%}-{s['real_interval'][1]:.0%})   x{ratio:4.2f}    "
-              f"{s['twin_successes']:2d}/{s['trials']} {s['twin_rate']:4.0%}    "
-              + (f"{again['twin_successes']:2d}/{again['trials']} {again['twin_rate']:4.0%}    " if again
-                 else "  -           ")
+              f"{s['twin_successes']:2d}/{s['trials']} {s['twin_rate']:4.0%} (draws {_rate(s)})    "
+              + (f"{again['twin_successes']:2d}/{again['trials']} {again['twin_rate']:4.0%} (draws {_rate(again)})    "
+                 if again else "  -           ")
               + f"{'-' if z is None else f'median z {z:.2f}'}; failure modes "
               + ", ".join(f"{k} {v}" for k, v in s["failure_modes"].items() if v))
     print(f"run folder (bags, twins, policies, validation pages): {run_dir}")
     return 0
+
+
+def _rate(summary: dict) -> str:
+    """The round's success rate over the twin's posterior draws ('-': scored without draws)."""
+    value = summary.get("twin_posterior_rate")
+    return "-" if value is None or value != value else f"{value:.0%}"
 
 
 if __name__ == "__main__":

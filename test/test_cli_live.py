@@ -377,8 +377,13 @@ def _staleness_of_a_changed_cell(stack, bags: list[str], fit_bag: Path) -> None:
         done = stack.run(f"twinloop validate score carry_nominal --twin {twin.path} --output validation/{name} "
                          + " ".join(bags), 300)
         assert done.returncode == 0, done.stderr
-        verdicts[name] = json.loads((stack.work / "validation" / name / "report.json").read_text())["summary"]["staleness"]
-        print(name, verdicts[name]["evidence"])
+        scored = json.loads((stack.work / "validation" / name / "report.json").read_text())
+        verdicts[name] = scored["summary"]["staleness"]
+        print(name, verdicts[name]["evidence"], f"; real {scored['summary']['real_rate']:.0%}, twin "
+              f"{scored['summary']['twin_rate']:.0%}, over its draws {scored['summary']['twin_posterior_rate']:.0%}")
+        # every trial was replayed under the twin's draws: its posterior success rate is there
+        assert all(0.0 <= t["twin_success_draws"] <= 1.0 for t in scored["trials"]), scored["trials"]
+        assert 0.0 <= scored["summary"]["twin_posterior_rate"] <= 1.0
     assert verdicts["current"]["stale"] is False and verdicts["current"]["median_z"] < 1.5
     assert verdicts["changed"]["stale"] is True and verdicts["changed"]["median_z"] > 6.0
 

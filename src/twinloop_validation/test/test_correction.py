@@ -90,6 +90,11 @@ def test_a_wrong_box_friction_is_implicated_and_corrected(cell):
     after, _ = _round(result.twin_path, held_bag, end_xy)
     print(f"v{corrected.version}: box end {after.box_end_error_m * 100:.2f} cm off, staleness z {after.staleness_z:.1f}")
     assert after.box_end_error_m < 0.5 * before.box_end_error_m and after.staleness_z < 3.0
+    # The twin's draws (its 2 % spread) end as its mean does, on either side of the goal's 2 cm
+    print(f"twin success: v{twin.version} {before.twin_success} (draws {before.twin_success_draws:.2f}), "
+          f"v{corrected.version} {after.twin_success} (draws {after.twin_success_draws:.2f})")
+    assert (before.twin_success_draws, after.twin_success_draws) == (float(before.twin_success),
+                                                                    float(after.twin_success))
     # Parameters nothing implicated are the parent's, unchanged; implicated ones the fit
     # data cannot pin down (the joints' dynamics: no joint excitation among the fit bags)
     # keep their mean with a doubled std.

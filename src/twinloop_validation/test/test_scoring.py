@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -47,11 +48,13 @@ def test_latency_of_a_known_delay():
     assert np.isnan(command_latency_s(t, measured, t[:1], command[:1]))  # no commands: nothing to measure
 
 
-def _score(real: bool, twin: bool, mode: str, box_error: float, rejected: int = 0) -> TrialScore:
+def _score(real: bool, twin: bool, mode: str, box_error: float, rejected: int = 0,
+           draws: float = float("nan")) -> TrialScore:
     return TrialScore(bag="b", real_success=real, twin_success=twin, failure_mode=mode, box_start_xy=(0.45, 0.1),
                       real_box_end_xy=(0.45, -0.05), twin_box_end_xy=(0.45, -0.05), box_end_error_m=box_error,
                       joint_rmse_rad={"panda_joint1": 0.01, "panda_finger_joint1": 0.5}, end_effector_rmse_m=0.004,
-                      command_latency_s=0.05, envelope_rejected=rejected, envelope_fault="")
+                      command_latency_s=0.05, envelope_rejected=rejected, envelope_fault="",
+                      twin_success_draws=draws)
 
 
 def test_a_round_summary_counts_and_intervals():
@@ -66,6 +69,11 @@ def test_a_round_summary_counts_and_intervals():
     assert summary.box_end_error_m == pytest.approx({"median": 0.017, "max": 0.09})
     assert summary.worst_joint_rmse_rad["max"] == 0.01  # the fingers are not arm joints
     assert summary.envelope_rejected == 2
+    assert math.isnan(summary.twin_posterior_rate)  # scored without posterior draws
+    drawn = summarize([_score(True, True, "success", 0.002, draws=0.75), _score(False, False, "miss", 0.05, draws=0.25)])
+    assert drawn.twin_posterior_rate == pytest.approx(0.5) and drawn.twin_rate == 0.5
+    assert math.isnan(summarize([_score(True, True, "success", 0.0, draws=1.0), _score(True, True, "success", 0.0)])
+                      .twin_posterior_rate)  # not every trial drawn: no rate
     with pytest.raises(ValidationError, match="no trials"):
         summarize([])
 
@@ -90,6 +98,17 @@ def test_compare_policies_pearson_and_mmrv(tmp_path, capsys):
     assert swapped.mmrv == pytest.approx(0.4)  # each policy's worst violation is the 0.4 gap
     assert main(["compare", *map(str, rounds)]) == 0
     assert "MMRV 0.000" in capsys.readouterr().out
+    # Where every round has the twin's posterior rate, the comparison is over it: a twin
+    # whose mean predicts 1, 1, 1 (r undefined) and whose draws spread 0.4, 1, 1 tracks a
+    # cell at 0, 1, 1; one round without it: every round's mean outcome.
+    posterior = [{"policy": p, "twin": "t", "summary": {"real_rate": r, "twin_rate": 1.0, "twin_posterior_rate": d}}
+                 for p, r, d in (("nominal", 0.0, 0.4), ("posterior", 1.0, 1.0), ("oracle", 1.0, 1.0))]
+    drawn = compare_rounds(posterior)
+    assert drawn.basis == "posterior" and drawn.twin_rates == [0.4, 1.0, 1.0]
+    assert drawn.pearson_r == pytest.approx(1.0) and drawn.mmrv == 0.0
+    posterior[0]["summary"]["twin_posterior_rate"] = float("nan")
+    mean = compare_rounds(posterior)
+    assert mean.basis == "mean" and mean.twin_rates == [1.0, 1.0, 1.0] and math.isnan(mean.pearson_r)
     # Rounds against two twins, one round, a folder without a report: one line, exit 2.
     other = _round(tmp_path / "other", "carry_oracle@1", 1.0, 1.0, twin_version="emulated/v2")
     for args, message in (([rounds[0], other], "different twins"), ([rounds[0]], "at least two"),

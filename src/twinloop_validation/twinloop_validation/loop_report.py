@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from twinloop_validation.scoring import ValidationError
+from twinloop_validation.scoring import ValidationError, compare_rounds
 
 KEY_TOPICS = ("/joint_states", "/joint_command", "/twinloop/perception/box_pose", "/twinloop/envelope/status")
 
@@ -40,7 +40,6 @@ def collect(run_dir: Path, workcell: str = "emulated") -> dict:
     from twinloop_logging.bag_reader import BagError, open_bag
     from twinloop_twin.bundle import list_versions, load_twin_version
     from twinloop_twin.nominal import twin_geometry
-    from twinloop_twin.statistics import sim_real_agreement
     from twinloop_twin.status import load_verdicts
 
     root = run_dir / "twins"
@@ -66,7 +65,7 @@ def collect(run_dir: Path, workcell: str = "emulated") -> dict:
                 "box_quat_wxyz": list(layer.box_quat_wxyz), "objects": [o.name for o in layer.objects]},
             "parameters": {n: {"mean": p.mean, "std": p.std, "identifiable": p.identifiable, "unit": p.unit}
                            for n, p in twin.parameters.items()}})
-    rounds = []
+    rounds, reports = [], []
     for path in sorted((run_dir / "validation").glob("*/report.json")):
         report = json.loads(path.read_text())
         s = report["summary"]
@@ -74,13 +73,16 @@ def collect(run_dir: Path, workcell: str = "emulated") -> dict:
                        **{k: s[k] for k in ("trials", "real_successes", "real_rate", "real_interval",
                                             "twin_successes", "twin_rate", "twin_interval", "agreement",
                                             "failure_modes", "envelope_rejected", "envelope_faults")},
+                       # (rounds scored before the posterior rate was: none)
+                       "twin_posterior_rate": _finite(float(s.get("twin_posterior_rate", math.nan))),
                        "staleness": s["staleness"]})
+        reports.append(report)
     agreement = {}
     for twin_label in sorted({r["twin"] for r in rounds}):
-        of_twin = [r for r in rounds if r["twin"] == twin_label]
+        of_twin = [r for r in reports if r["twin"] == twin_label]
         if len({r["policy"] for r in of_twin}) == len(of_twin) >= 2:
-            result = sim_real_agreement([r["real_rate"] for r in of_twin], [r["twin_rate"] for r in of_twin])
-            agreement[twin_label] = {"policies": [r["policy"] for r in of_twin],
+            result = compare_rounds(of_twin)  # the posterior rates where every round has them
+            agreement[twin_label] = {"policies": result.policies, "basis": result.basis,
                                      "pearson_r": _finite(float(result.pearson_r)), "mmrv": float(result.mmrv)}
     bags = []
     for path in sorted(p for p in (run_dir / "bags").iterdir()) if (run_dir / "bags").is_dir() else []:
@@ -176,6 +178,10 @@ def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, 
             figure.add_trace(go.Bar(x=shown, y=[of_twin[p]["twin_rate"] for p in shown],
                                     name=f"{twin_label} predicts", error_y=_interval([of_twin[p] for p in shown],
                                                                                     "twin")))
+            posterior = [p for p in shown if of_twin[p]["twin_posterior_rate"] is not None]
+            if posterior:
+                figure.add_trace(go.Bar(x=posterior, y=[of_twin[p]["twin_posterior_rate"] for p in posterior],
+                                        name=f"{twin_label} over its posterior draws"))
         figure.update_layout(title="Success per policy: the cell and each twin version's prediction (95 % Wilson "
                              "interval)", barmode="group", yaxis_range=[0, 1.05], height=450)
         figures.append(figure)
@@ -197,10 +203,12 @@ def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, 
     rounds = "".join(
         f"<tr><td>{html.escape(r['folder'])}</td><td>{html.escape(r['policy'])}</td><td>{html.escape(r['twin'])}</td>"
         f"<td>{r['real_successes']}/{r['trials']}</td><td>{r['twin_successes']}/{r['trials']}</td>"
+        f"<td>{'-' if r['twin_posterior_rate'] is None else format(r['twin_posterior_rate'], '.0%')}</td>"
         f"<td>{r['envelope_rejected']}</td><td>{r['envelope_faults']}</td>"
         f"<td>{html.escape(_standing(r['staleness']))}</td></tr>" for r in body["rounds"])
     agreement = "".join(
-        f"<tr><td>{html.escape(t)}</td><td>{_two_digits(a['pearson_r'])}</td><td>{a['mmrv']:.3f}</td>"
+        f"<tr><td>{html.escape(t)}</td><td>{html.escape(a['basis'])}</td><td>{_two_digits(a['pearson_r'])}</td>"
+        f"<td>{a['mmrv']:.3f}</td>"
         f"<td>{html.escape(', '.join(a['policies']))}</td></tr>"
         for t, a in body["agreement"].items())
     bags = "".join(
@@ -221,9 +229,9 @@ def write_loop_report(run_dir: Path, workcell: str = "emulated") -> tuple[Path, 
             "<h2>Twin versions (lineage)</h2><table><tr><th>version</th><th>made by</th><th>parent</th>"
             f"<th>standing</th><th>measured geometry</th><th>why</th></tr>{lineage}</table>"
             "<h2>Validation rounds</h2><table><tr><th>round</th><th>policy</th><th>twin</th><th>real success</th>"
-            "<th>twin predicts</th><th>commands rejected</th><th>faults</th><th>staleness</th></tr>"
+            "<th>twin predicts</th><th>over its posterior draws</th><th>commands rejected</th><th>faults</th><th>staleness</th></tr>"
             f"{rounds}</table>"
-            "<h2>Sim-vs-real agreement per twin version</h2><table><tr><th>twin</th><th>Pearson r</th><th>MMRV</th>"
+            "<h2>Sim-vs-real agreement per twin version</h2><table><tr><th>twin</th><th>predicted from</th><th>Pearson r</th><th>MMRV</th>"
             f"<th>policies</th></tr>{agreement}</table>"
             f"{plots}"
             "<h2>Recordings</h2><table><tr><th>bag</th><th>split</th><th>purpose</th><th>messages</th>"

@@ -102,6 +102,9 @@ class TrialScore:
     replay_bag: str = ""  # the twin's response, where the scoring wrote one
     predicted_spread_rad: dict[str, float] = field(default_factory=dict)  # per arm joint; empty: not checked
     staleness_z: float = float("nan")  # worst arm joint's observed RMSE / predicted spread
+    # the fraction of the twin's posterior draws (the staleness check's replays) in which the
+    # box ends at the goal: the twin's prediction with its measured uncertainty; NaN: no draws
+    twin_success_draws: float = float("nan")
 
 
 def read_tracked_box(bag, start_ns: int, topic: str = TRACKED_BOX_POSE_TOPIC) -> TrackedBox:
@@ -160,7 +163,8 @@ def classify(goal: BoxGoal, start: np.ndarray, end: np.ndarray, peak_lift_m: flo
     to_goal = np.asarray(goal.xy) - start[:2]
     distance = float(np.linalg.norm(to_goal))
     along = float(np.dot(end[:2] - start[:2], to_goal / distance)) if distance > 0 else 0.0
-    across = float(abs(np.cross(to_goal / distance, end[:2] - start[:2]))) if distance > 0 else moved
+    unit, step = (to_goal / distance if distance > 0 else to_goal), end[:2] - start[:2]
+    across = float(abs(unit[0] * step[1] - unit[1] * step[0])) if distance > 0 else moved  # (2-D cross product)
     if across > goal.radius_m:
         return "off_target"
     return "overshoot" if along > distance else "slip"
@@ -246,7 +250,7 @@ class TrialScorer:
         latency = command_latency_s(run.state_t, run.state_q[:, columns], command_t,
                                     commanded.reshape(len(command_t), len(arm)))
         real_success = self.goal.reached(end) and not envelope.faulted
-        spread, z = self._staleness(run, result, arm)
+        spread, z, draws_reached = self._staleness(run, result, arm)
         return TrialScore(
             bag=str(bag_path), real_success=real_success, twin_success=self.goal.reached(twin_end),
             failure_mode=classify(self.goal, start, end, float(box.xyz[:, 2].max() - start[2]), envelope.faulted),
@@ -256,10 +260,11 @@ class TrialScorer:
             joint_rmse_rad={j: float(r) for j, r in zip(result.joint_names, result.joint_rmse_rad)},
             end_effector_rmse_m=float(result.end_effector_rmse_m), command_latency_s=latency,
             envelope_rejected=envelope.commands_rejected, envelope_fault=envelope.fault_reason, replay_bag=response,
-            predicted_spread_rad=spread, staleness_z=z)
+            predicted_spread_rad=spread, staleness_z=z, twin_success_draws=draws_reached)
 
-    def _staleness(self, run, result, arm: list[str]) -> tuple[dict[str, float], float]:
-        """(per-joint predicted spread, z) of one trial; ({}, NaN) without draws or uncertainty."""
+    def _staleness(self, run, result, arm: list[str]) -> tuple[dict[str, float], float, float]:
+        """(per-joint predicted spread, z, the fraction of draws whose box ends at the goal) of
+        one trial; ({}, NaN, NaN) without draws or uncertainty."""
         import copy
 
         from twinloop_sim.replay import replay
@@ -268,19 +273,21 @@ class TrialScorer:
         from twinloop_twin.residual import ResidualTorque
 
         if self.draws <= 0 or not self.uncertain:
-            return {}, float("nan")
+            return {}, float("nan"), float("nan")
         mean_columns = [result.joint_names.index(j) for j in arm]
         mean_q = result.twin_q[:, mean_columns]
         squares = np.zeros(len(arm))
+        reached = 0
         for _ in range(self.draws):
             model = copy.copy(self._sim.model)
             apply_parameters(model, sample_parameters(self.uncertain, self._rng))
             residual = None if self._residual_weights is None else ResidualTorque(model, self._residual_weights)
             drawn = replay(run, WorkcellSimulation(self._workcell, model=model, residual=residual), self._kinematics)
             squares += np.mean((drawn.twin_q[:, mean_columns] - mean_q) ** 2, axis=0)
+            reached += self.goal.reached(drawn.twin_box_xyz[-1])
         spread = np.sqrt(squares / self.draws + SPREAD_FLOOR_RAD ** 2)
         observed = np.array([result.joint_rmse_rad[result.joint_names.index(j)] for j in arm])
-        return {j: float(v) for j, v in zip(arm, spread)}, float(np.max(observed / spread))
+        return {j: float(v) for j, v in zip(arm, spread)}, float(np.max(observed / spread)), reached / self.draws
 
 
 @dataclass(frozen=True)
@@ -294,6 +301,9 @@ class RoundSummary:
     twin_successes: int
     twin_rate: float
     twin_interval: tuple[float, float]
+    # the mean over trials of the twin's posterior draws reaching the goal (TrialScore.
+    # twin_success_draws): its success rate with its measured uncertainty; NaN: no draws
+    twin_posterior_rate: float
     agreement: float  # trials whose twin outcome equals the real one
     failure_modes: dict[str, int]
     box_end_error_m: dict[str, float]  # median, max
@@ -333,9 +343,11 @@ def summarize(scores: Sequence[TrialScore], stale_z: float = STALE_Z) -> RoundSu
         return {"median": float(np.median(v)), "max": float(np.max(v))}
     worst = [max(r for j, r in s.joint_rmse_rad.items() if not j.startswith("panda_finger")) for s in scores]
     latencies = [s.command_latency_s for s in scores if np.isfinite(s.command_latency_s)]
+    drawn = [s.twin_success_draws for s in scores if np.isfinite(s.twin_success_draws)]
     return RoundSummary(
         trials=n, real_successes=real, real_rate=real / n, real_interval=wilson_interval(real, n),
         twin_successes=twin, twin_rate=twin / n, twin_interval=wilson_interval(twin, n),
+        twin_posterior_rate=float(np.mean(drawn)) if len(drawn) == n else float("nan"),
         agreement=sum(s.real_success == s.twin_success for s in scores) / n,
         failure_modes={m: sum(s.failure_mode == m for s in scores) for m in FAILURE_MODES},
         box_end_error_m=spread([s.box_end_error_m for s in scores]), worst_joint_rmse_rad=spread(worst),
@@ -356,6 +368,8 @@ def format_trial(index: int, score: TrialScore) -> str:
             f"{score.box_end_error_m * 100:.1f} cm; end-effector RMSE {score.end_effector_rmse_m * 1e3:.1f} mm; "
             f"latency {score.command_latency_s * 1e3:.0f} ms; {score.envelope_rejected} rejected"
             + (f"; staleness z {score.staleness_z:.1f}" if np.isfinite(score.staleness_z) else "")
+            + (f"; twin's draws {score.twin_success_draws:.0%} success" if np.isfinite(score.twin_success_draws)
+               else "")
             + (f"; fault: {score.envelope_fault}" if score.envelope_fault else ""))
 
 
@@ -364,11 +378,23 @@ def format_summary(summary: RoundSummary) -> str:
     tlo, thi = summary.twin_interval
     return (f"real success {summary.real_successes}/{summary.trials} ({summary.real_rate:.0%}, 95 % CI "
             f"{lo:.0%}-{hi:.0%}); twin predicts {summary.twin_successes}/{summary.trials} ({summary.twin_rate:.0%}, "
-            f"{tlo:.0%}-{thi:.0%}); outcomes agree in {summary.agreement:.0%}; box end error median "
+            f"{tlo:.0%}-{thi:.0%}" + (f"; {summary.twin_posterior_rate:.0%} over its posterior draws"
+                                     if np.isfinite(summary.twin_posterior_rate) else "")
+            + "); outcomes agree in {summary.agreement:.0%}; box end error median "
             f"{summary.box_end_error_m['median'] * 100:.1f} cm; failure modes "
             + ", ".join(f"{m} {c}" for m, c in summary.failure_modes.items() if c)
             + {True: "; TWIN STALE: ", False: "; twin current: ", None: "; staleness "}[summary.staleness["stale"]]
             + summary.staleness["evidence"])
+
+
+def predicted_rate(summary: dict) -> tuple[float, str]:
+    """A round's predicted success rate, from its report's summary, and what it is: the mean
+    over the twin's posterior draws where every trial had them ("posterior"), else the
+    twin's mean parameters' outcome ("mean"; rounds scored without draws, or before them)."""
+    posterior = summary.get("twin_posterior_rate")
+    if posterior is not None and np.isfinite(posterior):
+        return float(posterior), "posterior"
+    return float(summary["twin_rate"]), "mean"
 
 
 @dataclass(frozen=True)
@@ -378,9 +404,10 @@ class PolicyComparison:
     twin: str
     policies: list[str]
     real_rates: list[float]
-    twin_rates: list[float]
+    twin_rates: list[float]  # predicted_rate of each round
     pearson_r: float  # NaN when either side is constant
     mmrv: float  # 0: the twin ranks every pair as the cell does
+    basis: str = "mean"  # what twin_rates are (predicted_rate): "posterior" where every round has it
 
 
 def compare_rounds(reports: Sequence[dict]) -> PolicyComparison:
@@ -397,15 +424,19 @@ def compare_rounds(reports: Sequence[dict]) -> PolicyComparison:
     if len(set(policies)) != len(policies):
         raise ValidationError(f"policies {policies} appear more than once: give one round per policy")
     real = [r["summary"]["real_rate"] for r in reports]
-    twin = [r["summary"]["twin_rate"] for r in reports]
+    predicted = [predicted_rate(r["summary"]) for r in reports]
+    basis = "posterior" if all(b == "posterior" for _, b in predicted) else "mean"
+    twin = [rate if basis == "posterior" else float(r["summary"]["twin_rate"])
+            for (rate, _), r in zip(predicted, reports)]
     agreement = sim_real_agreement(real, twin)
-    return PolicyComparison(twins[0], policies, real, twin, agreement.pearson_r, agreement.mmrv)
+    return PolicyComparison(twins[0], policies, real, twin, agreement.pearson_r, agreement.mmrv, basis)
 
 
 def format_comparison(comparison: PolicyComparison) -> str:
     lines = [f"{p}: real {r:.0%}, twin {t:.0%}" for p, r, t in
              zip(comparison.policies, comparison.real_rates, comparison.twin_rates)]
-    lines.append(f"twin {comparison.twin} against the cell over {len(comparison.policies)} policies: Pearson r "
+    lines.append(f"twin {comparison.twin} ({'over its posterior draws' if comparison.basis == 'posterior' else 'its mean parameters'}) "
+                 f"against the cell over {len(comparison.policies)} policies: Pearson r "
                  f"{comparison.pearson_r:.2f}" + (" (one side constant: undefined)" if np.isnan(comparison.pearson_r)
                                                   else "") + f", MMRV {comparison.mmrv:.3f}")
     return "\n".join(lines)
