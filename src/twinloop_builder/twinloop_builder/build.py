@@ -215,7 +215,7 @@ def _check_the_load(identified: Identified, settings: IdentificationSettings,
     parent = identified.parent
     arm = sort_fit_data(identified.fit, settings).arm
     if not arm:
-        progress("reading", 0.0, f"v{parent.version}'s load on the hand not checked: no fit recording moves the arm "
+        progress("held_out", 1.0, f"v{parent.version}'s load on the hand not checked: no fit recording moves the arm "
                                  "alone")
         return dataclasses.replace(identified, load_check={"parent_mass_kg": round(mass, 4), "checked": False,
                                                            "kept": True})
@@ -226,10 +226,10 @@ def _check_the_load(identified: Identified, settings: IdentificationSettings,
     difference = load_difference(spec.compile(), arm)
     check = {"parent_mass_kg": round(mass, 4), "checked": True, "difference_kg": round(difference, 4)}
     if not load_changed(mass, difference):
-        progress("reading", 0.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) matches these recordings "
+        progress("held_out", 1.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) matches these recordings "
                                  f"({difference:+.3f} kg beyond it)")
         return dataclasses.replace(identified, load_check={**check, "kept": True})
-    progress("reading", 0.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) does not match these recordings "
+    progress("held_out", 1.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) does not match these recordings "
                              f"(they show {difference:+.3f} kg beyond it): the cell's load changed; identifying again "
                              "without it")
     result = identify(mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE))),

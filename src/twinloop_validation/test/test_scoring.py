@@ -13,7 +13,8 @@ import pytest
 from twinloop_validation import cli
 from twinloop_validation.cli import main
 from twinloop_validation.scoring import (FAILURE_MODES, STALE_Z, BoxGoal, TrialScore, ValidationError, classify,
-                                         command_latency_s, compare_rounds, staleness_verdict, summarize)
+                                         command_latency_s, compare_rounds, format_summary, staleness_verdict,
+                                         summarize)
 
 GOAL = BoxGoal((0.45, -0.05), 0.015)
 START = np.array([0.45, 0.10, 0.775])  # 15 cm from the goal along -y
@@ -72,6 +73,9 @@ def test_a_round_summary_counts_and_intervals():
     assert math.isnan(summary.twin_posterior_rate)  # scored without posterior draws
     drawn = summarize([_score(True, True, "success", 0.002, draws=0.75), _score(False, False, "miss", 0.05, draws=0.25)])
     assert drawn.twin_posterior_rate == pytest.approx(0.5) and drawn.twin_rate == 0.5
+    line = format_summary(drawn)
+    assert "twin predicts 1/2 (50%, 9%-91%; 50% over its posterior draws); outcomes agree in 100%;" in line, line
+    assert "posterior draws" not in format_summary(summary) and "outcomes agree in 50%;" in format_summary(summary)
     assert math.isnan(summarize([_score(True, True, "success", 0.0, draws=1.0), _score(True, True, "success", 0.0)])
                       .twin_posterior_rate)  # not every trial drawn: no rate
     with pytest.raises(ValidationError, match="no trials"):

@@ -380,7 +380,7 @@ def format_summary(summary: RoundSummary) -> str:
             f"{lo:.0%}-{hi:.0%}); twin predicts {summary.twin_successes}/{summary.trials} ({summary.twin_rate:.0%}, "
             f"{tlo:.0%}-{thi:.0%}" + (f"; {summary.twin_posterior_rate:.0%} over its posterior draws"
                                      if np.isfinite(summary.twin_posterior_rate) else "")
-            + "); outcomes agree in {summary.agreement:.0%}; box end error median "
+            + f"); outcomes agree in {summary.agreement:.0%}; box end error median "
             f"{summary.box_end_error_m['median'] * 100:.1f} cm; failure modes "
             + ", ".join(f"{m} {c}" for m, c in summary.failure_modes.items() if c)
             + {True: "; TWIN STALE: ", False: "; twin current: ", None: "; staleness "}[summary.staleness["stale"]]
