@@ -15,6 +15,7 @@ from pxr import Usd, UsdGeom, UsdPhysics
 from twinloop_sim import isaac_twin_bridge
 from twinloop_twin.contract import ContractTopics
 from twinloop_twin.nominal import build_twin_from_physics, load_scene
+from twinloop_twin.scene import acting_command_delay
 from twinloop_twin.usd_export import export_twin_usd
 from twinloop_twin.workcell import default_config_dir
 
@@ -71,7 +72,7 @@ def test_joints_drives_and_frames_match_the_twin(exported):
     assert stage.GetPrimAtPath("/World/twin/joints/panda_finger_joint2").GetAttribute(
         "twinloop:mimicJoint").Get() == "panda_finger_joint1"
     assert stage.GetPrimAtPath("/World/twin").GetAttribute("twinloop:commandDelay_s").Get() == pytest.approx(
-        twin.parameters["command.delay_s"].mean)
+        acting_command_delay(twin.parameters["command.delay_s"].mean))  # the whole step MuJoCo's scene acts
 
 
 def test_cameras_sit_at_the_scene_cameras(exported):

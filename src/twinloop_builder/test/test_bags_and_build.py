@@ -14,7 +14,7 @@ import pytest
 import numpy as np
 import yaml
 
-from twinloop_builder.build import REPORT_FILE, build_identified_twin
+from twinloop_builder.build import REPORT_FILE, build_identified_twin, physics_with
 from twinloop_builder.recording import MissingTopic, TooShort, WrongJointNames, WrongSplit, load_recording
 from twinloop_builder.synthetic import simulate_session, write_bag
 from twinloop_twin.bundle import load_twin_version
@@ -89,6 +89,15 @@ def test_build_writes_an_identified_twin_version(tmp_path, short_session):
     assert report["held_out"]["joint_rmse_after_rad"] < report["held_out"]["joint_rmse_before_rad"]
     assert stages[0][0] == "reading" and stages[-1] == ("done", 1.0)
     assert math.isfinite(built.result.held_out_rmse_after_rad)
+
+
+def test_a_reported_delay_is_written_as_the_step_it_acts_as():
+    """Identification reports a delay as its step's middle (k - 1/2 ms): the physics file
+    the version's scene is built from gets k, odd steps too (round() gave k - 1 for odd k:
+    8.5 ms -> 8), and one step at least (0.5 ms -> 1)."""
+    for reported_ms, written_ms in ((7.5, 8.0), (8.5, 9.0), (10.5, 11.0), (0.5, 1.0), (40.0, 40.0)):
+        raw = physics_with({"joints": {}, "command_delay_ms": 1.0}, {"command.delay_s": reported_ms / 1000.0})
+        assert raw["command_delay_ms"] == pytest.approx(written_ms), (reported_ms, raw["command_delay_ms"])
 
 
 def test_cli_refuses_a_held_out_bag_as_fit_data(tmp_path, short_session, capsys):

@@ -24,7 +24,7 @@ from twinloop_twin.nominal import SCENE_FILE, load_twin_workcell, scene_files, t
 from twinloop_twin.parameters import Parameter, ParameterSet
 from twinloop_twin.physics import WorkcellPhysics, load_physics, physics_from_dict, physics_to_dict
 from twinloop_twin.residual import HAND_BODY, RESIDUAL_FILE, ResidualWeights
-from twinloop_twin.scene import TIMESTEP_S, add_hand_load, build_workcell_spec
+from twinloop_twin.scene import TIMESTEP_S, acting_command_delay, add_hand_load, build_workcell_spec
 
 from twinloop_builder.identification import (IdentificationCancelled, IdentificationError,
                                              IdentificationResult, IdentificationSettings, identify)
@@ -55,8 +55,10 @@ def physics_with(raw: dict, values: dict[str, float]) -> dict:
         elif parts[0] == "actuator":
             raw["joints"][parts[1]][parts[2]] = value
         elif name == "command.delay_s":
-            # the scene's delay acts in whole physics steps (zero-order hold): the nearest one
-            raw["command_delay_ms"] = round(value / TIMESTEP_S) * TIMESTEP_S * 1000.0
+            # the scene's delay acts in whole physics steps (zero-order hold): the step the
+            # value acts as (identification reports a step's middle; round() would pick the
+            # step below for every odd one)
+            raw["command_delay_ms"] = acting_command_delay(value, TIMESTEP_S) * 1000.0
         elif name == "box.mass_kg":
             raw["box"]["mass_kg"] = value
         elif name == "box.friction":

@@ -180,8 +180,9 @@ def report(result: HandEyeResult, *, title: str = "hand-eye calibration",
                      + result.scale_check.describe(target_spacing_m))
     if result.bootstrap_ratio is not None:
         lines.append(f"  reported / bootstrap spread: translation {result.bootstrap_ratio[0]:.2f}, rotation "
-                     f"{result.bootstrap_ratio[1]:.2f} (the covariance above over the scatter of the views "
-                     "resampled and calibrated again; near 1: the 1-sigma matches it)")
+                     f"{result.bootstrap_ratio[1]:.2f} (the reported covariance's size, the root of its trace, over "
+                     "that of the views resampled and calibrated again; near 1: the reported uncertainty matches the "
+                     "scatter)")
     if time_offset is not None:
         lines.append(f"  time offset: {time_offset.offset_s * 1e3:.2f} +- {time_offset.std_s * 1e3:.2f} ms"
                      if time_offset.observable else f"  time offset: not estimated ({time_offset.reason})")

@@ -25,7 +25,7 @@ from pxr import Gf, Sdf, Usd, UsdGeom, UsdPhysics, UsdShade, Vt
 
 from twinloop_twin.bundle import TwinBundle
 from twinloop_twin.nominal import load_scene, load_twin_workcell
-from twinloop_twin.scene import COMMAND_JOINT_TO_ACTUATOR
+from twinloop_twin.scene import COMMAND_JOINT_TO_ACTUATOR, acting_command_delay
 
 ROOT_PATH = "/World/twin"
 MASSLESS_KG = 1e-6
@@ -54,7 +54,9 @@ def export_twin_usd(bundle: TwinBundle, output: Path) -> Path:
     exporter.joints()
     exporter.cameras(load_twin_workcell(bundle).cameras)
     root.GetPrim().CreateAttribute("twinloop:commandDelay_s", Sdf.ValueTypeNames.Double).Set(
-        float(bundle.parameters["command.delay_s"].mean) if "command.delay_s" in bundle.parameters else 0.0)
+        # the whole-step delay the twin's MuJoCo scene acts (its parameter may be a step's middle)
+        acting_command_delay(float(bundle.parameters["command.delay_s"].mean))
+        if "command.delay_s" in bundle.parameters else 0.0)
     stage.GetRootLayer().Save()
     return output
 
