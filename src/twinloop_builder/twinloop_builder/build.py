@@ -221,11 +221,8 @@ def _check_the_load(identified: Identified, settings: IdentificationSettings,
                                  "alone")
         return dataclasses.replace(identified, load_check={"parent_mass_kg": round(mass, 4), "checked": False,
                                                            "kept": True})
-    _, physics = _identified_physics(parent, identified_parameters(parent.parameters, identified.result,
-                                                                   identified.select))
-    spec = build_workcell_spec(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
-    add_hand_load(spec, mass, offset, radius_m=0.0)
-    difference = load_difference(spec.compile(), arm)
+    parameters = identified_parameters(parent.parameters, identified.result, identified.select)
+    difference = load_difference(_identified_spec(parent, parameters, identified.load).compile(), arm)
     check = {"parent_mass_kg": round(mass, 4), "checked": True, "difference_kg": round(difference, 4)}
     if not load_changed(mass, difference):
         progress("held_out", 1.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) matches these recordings "
@@ -234,8 +231,7 @@ def _check_the_load(identified: Identified, settings: IdentificationSettings,
     progress("held_out", 1.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) does not match these recordings "
                              f"(they show {difference:+.3f} kg beyond it): the cell's load changed; identifying again "
                              "without it")
-    result = identify(mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE))),
-                      identified_parameters(parent.parameters, identified.result, identified.select).means(),
+    result = identify(mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE))), parameters.means(),
                       identified.fit, held_out=identified.held_out, settings=settings, select=identified.select,
                       cancelled=cancelled,
                       progress=lambda stage, fraction, message: progress(stage, fraction, f"without the load: {message}"))
@@ -297,6 +293,17 @@ def write_identified_version(root: Path | str, identified: Identified, *, parame
     return twin
 
 
+def _identified_spec(parent: TwinBundle, parameters: ParameterSet,
+                     load: tuple[float, Sequence[float]] | None) -> mujoco.MjSpec:
+    """The parent's scene (its description and measured geometry) with `parameters`, and a
+    load on the hand where one is given (mass, offset in the hand's frame)."""
+    _, physics = _identified_physics(parent, parameters)
+    spec = build_workcell_spec(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
+    if load is not None:
+        add_hand_load(spec, load[0], load[1], radius_m=0.0)
+    return spec
+
+
 def _identified_physics(parent: TwinBundle, parameters: ParameterSet) -> tuple[dict, WorkcellPhysics]:
     parent_physics = load_physics(parent.file_path("inputs/physics.yaml"))
     raw = physics_with(physics_to_dict(parent_physics), parameters.means())
@@ -338,11 +345,7 @@ def fit_identified_residual(identified: Identified, settings: IdentificationSett
             load_note={"from_parent": True})
     if parameters is None:
         parameters = identified_parameters(parent.parameters, identified.result, identified.select)
-    _, physics = _identified_physics(parent, parameters)
-    spec = build_workcell_spec(load_twin_workcell(parent), physics, geometry=twin_geometry(parent))
-    if load is not None:
-        add_hand_load(spec, load[0], load[1], radius_m=0.0)
-    outcome = fit_residual(spec.compile(), data.arm, identified.held_out, mode=settings.residual,
+    outcome = fit_residual(_identified_spec(parent, parameters, load).compile(), data.arm, identified.held_out, mode=settings.residual,
                            find_load=find_load and load is None, stop_at_load=stop_at_load,
                            progress=lambda fraction, message: progress("residual", fraction, message))
     if inherited:

@@ -306,8 +306,7 @@ def load_difference(model: mujoco.MjModel, recordings: Sequence[RecordedMotion])
     parts = [labels(twin, r) for r in recordings]
     rotation, jacobian, _, _, torque, motion = (np.concatenate([p[i] for p in parts]) for i in range(6))
     gains = model.actuator_gainprm[command_actuator_ids(model, ARM_JOINTS), 0]
-    regressor = (payload_regressor(rotation, jacobian, motion, model.opt.gravity) / gains[None, :, None]).reshape(-1, 10)
-    theta, *_ = np.linalg.lstsq(regressor, (torque / gains[None, :]).ravel(), rcond=None)
+    _, _, theta = _linear_load(rotation, jacobian, torque, motion, gains, model.opt.gravity)
     return float(theta[0])
 
 
@@ -315,6 +314,16 @@ def load_changed(carried_kg: float, difference_kg: float) -> bool:
     """Whether a carried load of `carried_kg` is not on the cell as it was, given the
     recordings' `difference_kg` (load_difference)."""
     return abs(difference_kg) >= max(LOAD_CHANGE_MIN_KG, LOAD_CHANGE_FRACTION * carried_kg)
+
+
+def _linear_load(rotation, jacobian, torque, motion, gains: np.ndarray,
+                 gravity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(regressor, target, theta): a load's 10 inertial parameters theta by linear least
+    squares on the torque labels, each joint's row over its gain (as the networks' loss)."""
+    regressor = (payload_regressor(rotation, jacobian, motion, gravity) / gains[None, :, None]).reshape(-1, 10)
+    target = (torque / gains[None, :]).ravel()
+    theta, *_ = np.linalg.lstsq(regressor, target, rcond=None)
+    return regressor, target, theta
 
 
 def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray,
@@ -327,9 +336,7 @@ def fit_payload(rotation, jacobian, torque, motion, gains: np.ndarray,
     farther than PAYLOAD_MAX_OFFSET_M from the hand."""
     from scipy.optimize import least_squares
 
-    regressor = (payload_regressor(rotation, jacobian, motion, gravity) / gains[None, :, None]).reshape(-1, 10)
-    target = (torque / gains[None, :]).ravel()
-    theta, *_ = np.linalg.lstsq(regressor, target, rcond=None)
+    regressor, target, theta = _linear_load(rotation, jacobian, torque, motion, gains, gravity)
     mass = float(theta[0])
     if not (PAYLOAD_MIN_KG <= mass <= PAYLOAD_MAX_KG):
         return None

@@ -163,8 +163,8 @@ def classify(goal: BoxGoal, start: np.ndarray, end: np.ndarray, peak_lift_m: flo
     to_goal = np.asarray(goal.xy) - start[:2]
     distance = float(np.linalg.norm(to_goal))
     along = float(np.dot(end[:2] - start[:2], to_goal / distance)) if distance > 0 else 0.0
-    unit, step = (to_goal / distance if distance > 0 else to_goal), end[:2] - start[:2]
-    across = float(abs(unit[0] * step[1] - unit[1] * step[0])) if distance > 0 else moved  # (2-D cross product)
+    step = end[:2] - start[:2]
+    across = float(abs(to_goal[0] * step[1] - to_goal[1] * step[0]) / distance) if distance > 0 else moved
     if across > goal.radius_m:
         return "off_target"
     return "overshoot" if along > distance else "slip"
@@ -387,16 +387,6 @@ def format_summary(summary: RoundSummary) -> str:
             + summary.staleness["evidence"])
 
 
-def predicted_rate(summary: dict) -> tuple[float, str]:
-    """A round's predicted success rate, from its report's summary, and what it is: the mean
-    over the twin's posterior draws where every trial had them ("posterior"), else the
-    twin's mean parameters' outcome ("mean"; rounds scored without draws, or before them)."""
-    posterior = summary.get("twin_posterior_rate")
-    if posterior is not None and np.isfinite(posterior):
-        return float(posterior), "posterior"
-    return float(summary["twin_rate"]), "mean"
-
-
 @dataclass(frozen=True)
 class PolicyComparison:
     """Several policies' rounds against one twin: does the twin rank and track them as the cell does?"""
@@ -404,10 +394,12 @@ class PolicyComparison:
     twin: str
     policies: list[str]
     real_rates: list[float]
-    twin_rates: list[float]  # predicted_rate of each round
+    twin_rates: list[float]  # each round's predicted success rate, as `basis` says
     pearson_r: float  # NaN when either side is constant
     mmrv: float  # 0: the twin ranks every pair as the cell does
-    basis: str = "mean"  # what twin_rates are (predicted_rate): "posterior" where every round has it
+    # what twin_rates are: "posterior", the rounds' twin_posterior_rate, where every round has
+    # one; else "mean", the outcome of the twin's mean parameters (rounds scored without draws)
+    basis: str = "mean"
 
 
 def compare_rounds(reports: Sequence[dict]) -> PolicyComparison:
@@ -424,10 +416,9 @@ def compare_rounds(reports: Sequence[dict]) -> PolicyComparison:
     if len(set(policies)) != len(policies):
         raise ValidationError(f"policies {policies} appear more than once: give one round per policy")
     real = [r["summary"]["real_rate"] for r in reports]
-    predicted = [predicted_rate(r["summary"]) for r in reports]
-    basis = "posterior" if all(b == "posterior" for _, b in predicted) else "mean"
-    twin = [rate if basis == "posterior" else float(r["summary"]["twin_rate"])
-            for (rate, _), r in zip(predicted, reports)]
+    posterior = [r["summary"].get("twin_posterior_rate") for r in reports]
+    basis = "posterior" if all(p is not None and np.isfinite(p) for p in posterior) else "mean"
+    twin = [float(p) for p in posterior] if basis == "posterior" else [r["summary"]["twin_rate"] for r in reports]
     agreement = sim_real_agreement(real, twin)
     return PolicyComparison(twins[0], policies, real, twin, agreement.pearson_r, agreement.mmrv, basis)
 
