@@ -115,8 +115,14 @@ def test_compare_policies_pearson_and_mmrv(tmp_path, capsys):
     assert mean.basis == "mean" and mean.twin_rates == [1.0, 1.0, 1.0] and math.isnan(mean.pearson_r)
     # Rounds against two twins, one round, a folder without a report: one line, exit 2.
     other = _round(tmp_path / "other", "carry_oracle@1", 1.0, 1.0, twin_version="emulated/v2")
+    malformed = tmp_path / "malformed"
+    malformed.mkdir()
+    (malformed / "report.json").write_text(json.dumps(
+        {"policy": "p", "twin": "emulated/v1", "summary": {"real_rate": 1.0, "twin_posterior_rate": "x"}}))
     for args, message in (([rounds[0], other], "different twins"), ([rounds[0]], "at least two"),
-                          ([rounds[0], tmp_path], "no readable report.json")):
+                          ([rounds[0], tmp_path], "no readable report.json"),
+                          ([rounds[0], malformed], "summary.twin_rate, summary.twin_posterior_rate missing or not of "
+                                                   "its kind")):
         assert main(["compare", *map(str, args)]) == 2
         assert message in capsys.readouterr().err
 

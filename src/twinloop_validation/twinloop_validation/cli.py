@@ -134,11 +134,31 @@ def _read_rounds(rounds: list[Path]) -> list[dict]:
     reports = []
     for folder in rounds:
         try:
-            reports.append(json.loads((folder / "report.json").read_text()))
+            report = json.loads((folder / "report.json").read_text())
         except (OSError, ValueError) as error:
             raise ValidationError(f"{folder}: no readable report.json ({error}); give the folders "
                                   "`twinloop validate run|score` wrote") from None
+        problem = _round_problem(report)
+        if problem:
+            raise ValidationError(f"{folder}/report.json: {problem}; give the folders `twinloop validate run|score` "
+                                  "wrote")
+        reports.append(report)
     return reports
+
+
+def _round_problem(report) -> str:
+    """What a round's report lacks for a comparison ('' if nothing)."""
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    if not isinstance(report, dict) or not isinstance(report.get("summary"), dict):
+        return "no 'summary' section"
+    missing = [key for key in ("policy", "twin") if not isinstance(report.get(key), str)]
+    missing += [f"summary.{key}" for key in ("real_rate", "twin_rate") if not number(report["summary"].get(key))]
+    posterior = report["summary"].get("twin_posterior_rate")
+    if posterior is not None and not number(posterior):
+        missing.append("summary.twin_posterior_rate")
+    return f"{', '.join(missing)} missing or not of its kind" if missing else ""
 
 
 def _correct(args) -> int:
