@@ -3,9 +3,12 @@ the robot, observations with staleness, and one run stepped until goal, fault, s
 or timeout."""
 from __future__ import annotations
 
-import pytest
+import dataclasses
 
-from twinloop_policy.policy_spec import PolicyMismatch, check_against_robot, load_policy_spec
+import pytest
+import torch
+
+from twinloop_policy.policy_spec import ObservationTerm, PolicyMismatch, check_against_robot, load_policy_spec
 from twinloop_policy.runner import ObservationAssembler, PolicyLoop, PolicyRun, StaleObservation, load_module
 from twinloop_policy.scripted import write_scripted_policy
 from twinloop_twin.physics import ALL_JOINTS, ARM_JOINTS, COMMANDED_JOINTS
@@ -75,3 +78,46 @@ def test_a_run_ends_at_the_goal_on_a_fault_on_stale_input_or_at_its_timeout(run_
         run.step(t)
         t += period
     assert run.outcome[0] is False and run.outcome[1].startswith("timeout after 0.5")
+
+
+class _ArmPart(torch.nn.Module):
+    """A policy that holds the arm where it is (the first seven observation values)."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return observation[:7]
+
+
+def test_a_box_goal_is_judged_by_a_pose_received_after_the_timeout(run_parts):
+    """A tracker that lost the box while the hand hid it last saw it before it came to rest: the
+    run holds until a newer pose comes (then judges by it), at most judge_wait_s (then by the
+    last one, its age said)."""
+    spec, _, _, home = run_parts
+    spec = dataclasses.replace(spec, goal_joint_positions={}, goal_box_xy=(0.5, 0.0), goal_radius_m=0.015,
+                               observation=spec.observation + (ObservationTerm(
+                                   "box", "box_position", (), 2, 10.0, topic="/box"),))
+    loop, period = PolicyLoop(spec, torch.jit.script(_ArmPart())), 1.0 / spec.rate_hz
+
+    def run_until(run, end_s, box_at=None):
+        t, sent = 0.0, []
+        while not run.done.is_set() and t < end_s:
+            assembler.on_joint_state(list(home), list(home.values()), [0.0] * 7, t)
+            if box_at is not None and t >= box_at[0]:
+                assembler.on_box_position("/box", *box_at[1], t)
+                box_at = None
+            sent.append(run.step(t))
+            t += period
+        return t, sent
+
+    assembler = ObservationAssembler(spec)
+    assembler.on_box_position("/box", 0.45, 0.0, -1.0)  # where the tracker lost it: 5 cm short
+    run = PolicyRun(loop, assembler, timeout_s=0.5)
+    t, sent = run_until(run, 5.0, box_at=(1.2, (0.5, 0.005)))  # at rest in the goal, seen 0.7 s late
+    assert run.outcome == (True, "box 0.5 cm from the goal (within 1.5 cm)")
+    assert 1.2 <= t <= 1.2 + 2 * period and all(s is not None for s in sent)  # held, commanded throughout
+    assembler = ObservationAssembler(spec)
+    assembler.on_box_position("/box", 0.45, 0.0, -1.0)
+    run = PolicyRun(loop, assembler, timeout_s=0.5, judge_wait_s=1.0)
+    t, _ = run_until(run, 5.0)
+    assert run.outcome[0] is False and 1.5 <= t <= 1.5 + 2 * period
+    assert run.outcome[1] == ("box 5.0 cm from the goal (outside 1.5 cm; judged by a box pose 2.5 s old: none "
+                              "came within 1.0 s of the trial's end)")

@@ -72,8 +72,14 @@ class ObservationAssembler:
         """The latest box position (of `topic`, else of the spec's first box term), None before any."""
         if topic is None:
             topic = next((t.topic for t in self.spec.observation if t.kind == "box_position"), "")
-        entry = self._box.get(topic)
+        entry = self.box_entry(topic)
         return None if entry is None else (entry[0], entry[1])
+
+    def box_entry(self, topic: str | None = None) -> tuple[float, float, float] | None:
+        """The latest box position with its receive time (x, y, s), None before any."""
+        if topic is None:
+            topic = next((t.topic for t in self.spec.observation if t.kind == "box_position"), "")
+        return self._box.get(topic)
 
     def missing(self, now_s: float) -> str:
         """Why assemble(now_s) would fail ('' when it would not)."""
@@ -134,14 +140,14 @@ def goal_reached(spec: PolicySpec, measured: dict[str, float]) -> bool:
                                                    for j, g in spec.goal_joint_positions.items())
 
 
-def box_goal_outcome(spec: PolicySpec, box_xy: tuple[float, float] | None) -> tuple[bool, str]:
+def box_goal_outcome(spec: PolicySpec, box_xy: tuple[float, float] | None, note: str = "") -> tuple[bool, str]:
     """Success and the reason, for a policy whose trial goal is a box position."""
     if box_xy is None:
         return False, "no box pose to judge the goal by"
     distance = float(np.hypot(box_xy[0] - spec.goal_box_xy[0], box_xy[1] - spec.goal_box_xy[1]))
     within = distance <= spec.goal_radius_m
     return within, (f"box {distance * 100:.1f} cm from the goal ({'within' if within else 'outside'} "
-                    f"{spec.goal_radius_m * 100:.1f} cm)")
+                    f"{spec.goal_radius_m * 100:.1f} cm{'; ' + note if note else ''})")
 
 
 @dataclass
@@ -163,6 +169,12 @@ class PolicyRun:
     # by default the envelope monitor's joint_state_timeout_s, so a scheduling hiccup on a
     # loaded computer skips steps instead of ending a trial the monitor would let go on.
     stale_abort_s: float = 0.5
+    # A box goal is judged by a box pose received after the timeout: the tracker may have lost
+    # the box while the hand held or hid it, and its last pose may be from before the box came
+    # to rest. The policy keeps being stepped (it holds) until one comes, at most this long;
+    # then the last pose judges, its age said in the reason.
+    judge_wait_s: float = 3.0
+    judging_since: float | None = None
     stale_skips: int = 0
     stale_since: float | None = None
     outcome: tuple[bool, str] = (False, "")
@@ -197,10 +209,21 @@ class PolicyRun:
             self.finish(True, "goal reached")
         elif self.timeout_s > 0 and elapsed > self.timeout_s:
             if self.judge and self.loop.spec.goal_box_xy is not None:  # judged where the box ends
-                self.finish(*box_goal_outcome(self.loop.spec, self.assembler.box_xy()))
+                self.judge_box(now_s)
             else:
                 self.finish(False, f"timeout after {elapsed:.1f} s")
         return action
+
+    def judge_box(self, now_s: float) -> None:
+        """Finish on the first box pose received since the timeout, or after judge_wait_s on the last one."""
+        self.judging_since = now_s if self.judging_since is None else self.judging_since
+        entry = self.assembler.box_entry()
+        if entry is not None and entry[2] >= self.judging_since:
+            self.finish(*box_goal_outcome(self.loop.spec, entry[:2]))
+        elif now_s - self.judging_since >= self.judge_wait_s:
+            note = "" if entry is None else (f"judged by a box pose {now_s - entry[2]:.1f} s old: none came within "
+                                             f"{self.judge_wait_s:.1f} s of the trial's end")
+            self.finish(*box_goal_outcome(self.loop.spec, None if entry is None else entry[:2], note))
 
     def finish(self, success: bool, reason: str) -> None:
         self.outcome = (success, reason)
