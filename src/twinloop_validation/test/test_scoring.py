@@ -121,8 +121,8 @@ def test_compare_policies_pearson_and_mmrv(tmp_path, capsys):
         {"policy": "p", "twin": "emulated/v1", "summary": {"real_rate": 1.0, "twin_posterior_rate": "x"}}))
     for args, message in (([rounds[0], other], "different twins"), ([rounds[0]], "at least two"),
                           ([rounds[0], tmp_path], "no readable report.json"),
-                          ([rounds[0], malformed], "summary.twin_rate, summary.twin_posterior_rate missing or not of "
-                                                   "its kind")):
+                          ([rounds[0], malformed], "report.json: summary.twin_rate missing, "
+                                                   "summary.twin_posterior_rate is 'x', not a number;")):
         assert main(["compare", *map(str, args)]) == 2
         assert message in capsys.readouterr().err
 

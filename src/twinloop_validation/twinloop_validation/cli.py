@@ -83,7 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-n", "--trials", type=int, default=5, help="number of held-out trials")
     run.add_argument("--runner", default="/policy_runner", help="node name of the policy runner")
     score.add_argument("bags", nargs="+", help="trial bags (split held_out)")
-    compare = commands.add_parser("compare", help="sim-vs-real agreement over several policies' rounds")
+    compare = commands.add_parser(
+        "compare", help="sim-vs-real agreement over several policies' rounds",
+        description="Read the rounds of several policies scored against one twin version (each ROUND a folder "
+                    "`twinloop validate run|score` wrote, with its report.json) and say how well the twin's "
+                    "predicted success tracks the real one: per round the real and predicted rates, then Pearson r "
+                    "and the Mean Maximum Rank Violation (MMRV) over the rounds. The prediction is the twin's "
+                    "success over its posterior draws where every round has it (scored with --draws > 0), else "
+                    "its mean parameters' outcome; the output says which. Prints a table, then one JSON line "
+                    "with every number. Exit 2 for fewer than two rounds, rounds against different twins, or a "
+                    "report.json without the numbers.")
     compare.add_argument("rounds", nargs="+", help="round folders (each with its report.json)")
     correct = commands.add_parser(
         "correct", help="the twin's next version from its rounds' mismatch",
@@ -153,12 +162,16 @@ def _round_problem(report) -> str:
 
     if not isinstance(report, dict) or not isinstance(report.get("summary"), dict):
         return "no 'summary' section"
-    missing = [key for key in ("policy", "twin") if not isinstance(report.get(key), str)]
-    missing += [f"summary.{key}" for key in ("real_rate", "twin_rate") if not number(report["summary"].get(key))]
-    posterior = report["summary"].get("twin_posterior_rate")
-    if posterior is not None and not number(posterior):
-        missing.append("summary.twin_posterior_rate")
-    return f"{', '.join(missing)} missing or not of its kind" if missing else ""
+    summary = report["summary"]
+    wanted = [(key, report.get(key), isinstance(report.get(key), str), "a text") for key in ("policy", "twin")]
+    wanted += [(f"summary.{key}", summary.get(key), number(summary.get(key)), "a number")
+               for key in ("real_rate", "twin_rate")]
+    if summary.get("twin_posterior_rate") is not None:  # optional: rounds scored without draws lack it
+        wanted.append(("summary.twin_posterior_rate", summary["twin_posterior_rate"],
+                       number(summary["twin_posterior_rate"]), "a number"))
+    problems = [f"{key} {'missing' if value is None else f'is {value!r}, not {kind}'}"
+                for key, value, good, kind in wanted if not good]
+    return ", ".join(problems)
 
 
 def _correct(args) -> int:
