@@ -231,7 +231,9 @@ def _check_the_load(identified: Identified, settings: IdentificationSettings,
     progress("held_out", 1.0, f"v{parent.version}'s load on the hand ({mass:.3f} kg) does not match these recordings "
                              f"(they show {difference:+.3f} kg beyond it): the cell's load changed; identifying again "
                              "without it")
-    result = identify(mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE))), parameters.means(),
+    # from the parent's parameters, as the first identification: the ones identified with the
+    # load have absorbed its absence into the arm's dynamics
+    result = identify(mujoco.MjSpec.from_file(str(parent.file_path(SCENE_FILE))), parent.parameters.means(),
                       identified.fit, held_out=identified.held_out, settings=settings, select=identified.select,
                       cancelled=cancelled,
                       progress=lambda stage, fraction, message: progress(stage, fraction, f"without the load: {message}"))

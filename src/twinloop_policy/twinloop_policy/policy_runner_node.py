@@ -51,7 +51,8 @@ class PolicyRunnerNode(Node):
             "stale_abort_s": (0.5, "s, a running trial whose observations stay stale this long stops (until "
                               "then its steps are skipped); the envelope monitor's joint_state_timeout_s"),
             "judge_wait_s": (3.0, "s, a box goal is judged by a tracker pose received after the trial's timeout; "
-                             "wait this long for one (the policy holds), then judge by the last, its age said"),
+                             "wait this long for one (the policy still stepped, its targets sent), then judge by "
+                             "the last, its age said"),
             "observation_timeout_s": (5.0, "s, wait after settle_s for every observation term's first value "
                                       "(e.g. the box tracker's pose); a trial without one is not run"),
             "recorder_node": ("/recorder", "recorder whose start/stop services record the trials"),

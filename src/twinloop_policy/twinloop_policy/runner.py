@@ -89,7 +89,9 @@ class ObservationAssembler:
             return str(error)
         return ""
 
-    def assemble(self, now_s: float) -> np.ndarray:
+    def assemble(self, now_s: float, box_age_checked: bool = True) -> np.ndarray:
+        """The observation vector; `box_age_checked` False: a box pose of any age (the wait for
+        the trial's judgement, when the box's last pose may be older than its max_age_s)."""
         parts = []
         for term in self.spec.observation:
             if term.kind == "box_position":
@@ -97,7 +99,7 @@ class ObservationAssembler:
                 if entry is None:
                     raise StaleObservation(f"observation '{term.name}' has no box pose yet from {term.topic}: "
                                            "is the box tracker running?")
-                if now_s - entry[2] > term.max_age_s:
+                if box_age_checked and now_s - entry[2] > term.max_age_s:
                     raise StaleObservation(f"observation '{term.name}' is {(now_s - entry[2]) * 1e3:.0f} ms old "
                                            f"(max {term.max_age_s * 1e3:.0f} ms): check {term.topic}")
                 parts.append([entry[0], entry[1]])
@@ -171,8 +173,9 @@ class PolicyRun:
     stale_abort_s: float = 0.5
     # A box goal is judged by a box pose received after the timeout: the tracker may have lost
     # the box while the hand held or hid it, and its last pose may be from before the box came
-    # to rest. The policy keeps being stepped (it holds) until one comes, at most this long;
-    # then the last pose judges, its age said in the reason.
+    # to rest. Until one comes, at most this long, the policy keeps being stepped and its
+    # targets sent (the box pose's age no longer stops the run); then the last pose judges,
+    # its age said in the reason.
     judge_wait_s: float = 3.0
     judging_since: float | None = None
     stale_skips: int = 0
@@ -189,7 +192,7 @@ class PolicyRun:
             return None
         self.start_s = now_s if self.start_s is None else self.start_s
         try:
-            action = self.loop.step(self.assembler.assemble(now_s))
+            action = self.loop.step(self.assembler.assemble(now_s, box_age_checked=self.judging_since is None))
         except StaleObservation as error:
             # A late joint state skips this step (the policy is not stepped, nothing is
             # sent); one that stays missing ends the run.

@@ -113,6 +113,11 @@ def test_compare_policies_pearson_and_mmrv(tmp_path, capsys):
     posterior[0]["summary"]["twin_posterior_rate"] = float("nan")
     mean = compare_rounds(posterior)
     assert mean.basis == "mean" and mean.twin_rates == [1.0, 1.0, 1.0] and math.isnan(mean.pearson_r)
+    # the command's JSON line is strict JSON: the undefined r is null
+    constant = [_round(tmp_path / f"constant_{p}", p, r, 1.0) for p, r in (("a", 0.0), ("b", 1.0))]
+    assert main(["compare", *map(str, constant)]) == 0
+    numbers = json.loads(capsys.readouterr().out.splitlines()[-1], parse_constant=pytest.fail)
+    assert numbers["pearson_r"] is None and numbers["twin_rates"] == [1.0, 1.0] and numbers["basis"] == "mean"
     # Rounds against two twins, one round, a folder without a report: one line, exit 2.
     other = _round(tmp_path / "other", "carry_oracle@1", 1.0, 1.0, twin_version="emulated/v2")
     malformed = tmp_path / "malformed"

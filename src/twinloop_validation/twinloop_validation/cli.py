@@ -89,10 +89,12 @@ def main(argv: list[str] | None = None) -> int:
                     "`twinloop validate run|score` wrote, with its report.json) and say how well the twin's "
                     "predicted success tracks the real one: per round the real and predicted rates, then Pearson r "
                     "and the Mean Maximum Rank Violation (MMRV) over the rounds. The prediction is the twin's "
-                    "success over its posterior draws where every round has it (scored with --draws > 0), else "
+                    "success over its posterior draws where every round has it (scored with --draws > 0, every "
+                    "draw replayed), else "
                     "its mean parameters' outcome; the output says which. Prints a table, then one JSON line "
-                    "with every number. Exit 2 for fewer than two rounds, rounds against different twins, or a "
-                    "report.json without the numbers.")
+                    "with every number (null where one is undefined, e.g. r when one side is constant). Exit 2 for "
+                    "fewer than two rounds, rounds against different twins, a policy given twice, or a folder "
+                    "without a readable report.json holding the numbers.")
     compare.add_argument("rounds", nargs="+", help="round folders (each with its report.json)")
     correct = commands.add_parser(
         "correct", help="the twin's next version from its rounds' mismatch",
@@ -166,7 +168,7 @@ def _round_problem(report) -> str:
     wanted = [(key, report.get(key), isinstance(report.get(key), str), "a text") for key in ("policy", "twin")]
     wanted += [(f"summary.{key}", summary.get(key), number(summary.get(key)), "a number")
                for key in ("real_rate", "twin_rate")]
-    if summary.get("twin_posterior_rate") is not None:  # optional: rounds scored without draws lack it
+    if summary.get("twin_posterior_rate") is not None:  # optional: NaN without draws, absent in older rounds
         wanted.append(("summary.twin_posterior_rate", summary["twin_posterior_rate"],
                        number(summary["twin_posterior_rate"]), "a number"))
     problems = [f"{key} {'missing' if value is None else f'is {value!r}, not {kind}'}"
@@ -236,7 +238,8 @@ def _compare(rounds: list[Path]) -> int:
         print(f"twinloop validate: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(format_comparison(comparison))
-    print(json.dumps(asdict(comparison)))
+    numbers = {k: None if isinstance(v, float) and v != v else v for k, v in asdict(comparison).items()}
+    print(json.dumps(numbers))  # strict JSON: an undefined r is null, not NaN
     return 0
 
 
