@@ -389,6 +389,11 @@ def _forwarded(cell, since: int) -> int:
     return sum(m.header.frame_id != "envelope_hold" for _, m in list(cell.hardware_commands)[since:])
 
 
+def _sent_by(ramp, t_s: float) -> int:
+    """The ramp's commands published before `t_s` (system time)."""
+    return sum(t < t_s for t in ramp.sent_real)
+
+
 def _stall_the_monitor_mid_stream(work) -> int:
     """Stop the monitor 0.7 s mid-stream; assert the stream went on without a fault and
     return how many commands the sender sent while the monitor was stopped (-1: none of
@@ -414,15 +419,14 @@ def _stall_the_monitor_mid_stream(work) -> int:
         # commands are still queued refuses them (seen once in a fresh-clone run: 322 of 452
         # forwarded, no fault, 0.6 s after the resumption).
         deadline = time.monotonic() + CATCH_UP_S
-        while time.monotonic() < deadline and _forwarded(stalled, before) < sum(
-                t < time.time() - 0.1 for t in ramp.sent_real):
+        while time.monotonic() < deadline and _forwarded(stalled, before) < _sent_by(ramp, time.time() - 0.1):
             time.sleep(0.02)
         disarm_at = time.time()
         stalled.set_armed(False)  # mid-stream: the rest is refused quietly, nothing waits on a watchdog
         ramp.stop_sending.set()
         ramp.join()
         status = stalled.latest_status()
-        sent_before_stop = sum(t < stopped_at for t in ramp.sent_real)
+        sent_before_stop = _sent_by(ramp, stopped_at)
         if (status.fault == EnvelopeStatus.FAULT_STALE_COMMAND
                 and status.commands_forwarded - armed.commands_forwarded <= sent_before_stop):
             # Not one of the commands sent during the stop reached the monitor before its
@@ -443,7 +447,7 @@ def _stall_the_monitor_mid_stream(work) -> int:
         # among it) was forwarded. A command published just before the request may reach
         # the monitor after it: a topic and a service are not ordered with each other (seen
         # once in a fresh-clone run: 472 of 473 forwarded, no fault).
-        sent_by = sum(t < disarm_at - 0.1 for t in ramp.sent_real)
+        sent_by = _sent_by(ramp, disarm_at - 0.1)
         assert status.commands_forwarded - armed.commands_forwarded >= sent_by, (status, sent_by)
         return sum(stopped_at < t < stopped_at + STOP_S for t in ramp.sent_real)
     finally:

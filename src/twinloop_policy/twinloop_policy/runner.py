@@ -68,15 +68,9 @@ class ObservationAssembler:
     def positions(self) -> dict[str, float]:
         return dict(self._position)
 
-    def box_xy(self, topic: str | None = None) -> tuple[float, float] | None:
-        """The latest box position (of `topic`, else of the spec's first box term), None before any."""
-        if topic is None:
-            topic = next((t.topic for t in self.spec.observation if t.kind == "box_position"), "")
-        entry = self.box_entry(topic)
-        return None if entry is None else (entry[0], entry[1])
-
     def box_entry(self, topic: str | None = None) -> tuple[float, float, float] | None:
-        """The latest box position with its receive time (x, y, s), None before any."""
+        """The latest box position (of `topic`, else of the spec's first box term) with its
+        receive time (x, y, s), None before any."""
         if topic is None:
             topic = next((t.topic for t in self.spec.observation if t.kind == "box_position"), "")
         return self._box.get(topic)
