@@ -19,7 +19,12 @@ The residual has three parts:
   at the end effector; this form generalises to poses the recordings did not visit), a
   two-layer tanh perceptron;
 - a torque in each joint's transmission, from that joint's velocity and position error to
-  its (delayed) target and the joint's index (friction shape, backlash), another.
+  its (delayed) target and the joint's index (friction shape, backlash), another. Each of
+  the two inputs enters twice: over its spread in the fit recordings, and through
+  asinh(x / (spread / fine_ratio)), which resolves what happens within a small part of the
+  range (a dead zone of a few mrad where the errors span tens, friction that changes
+  below a small speed) that a tanh network fed the first form alone smooths away
+  (`transmission_inputs`).
 Joints the builder found no better with the two networks are masked out of them (`mask`).
 """
 from __future__ import annotations
@@ -36,7 +41,7 @@ from twinloop_twin.scene import command_actuator_ids, delayed_target, joint_dof_
 
 RESIDUAL_FILE = "residual.npz"
 HAND_BODY = "panda_hand"
-FORMAT = 1
+FORMAT = 2  # 2: the transmission part's fine inputs (fine_ratio); 1 (read too): without them
 _MASS_MATCH_KG = 1e-9  # a hand mass this close to the expected one is that mass
 _LAYERS = ("wrench", "joint")
 
@@ -50,18 +55,20 @@ class ResidualWeights:
     """The trained network as arrays (twinloop_builder.residual_fit writes them)."""
 
     wrench: tuple[np.ndarray, ...]  # W1 (h, 9), b1, W2 (h, h), b2, W3 (6, h), b3
-    joint: tuple[np.ndarray, ...]  # W1 (h, 2 + 7), b1, W2, b2, W3 (1, h), b3
+    joint: tuple[np.ndarray, ...]  # W1 (h, 4 + 7) (2 + 7 where fine_ratio is 0), b1, W2, b2, W3 (1, h), b3
     velocity_scale: np.ndarray  # (7,) rad/s: the transmission part's velocity input is v / scale
     error_scale: np.ndarray  # (7,) rad: its position-error input is e / scale
     mask: np.ndarray  # (7,) 1.0 where the networks are applied, 0.0 where the builder masked them
     # the point mass on the hand: [mass kg, x, y, z m in the hand's frame, the hand body's
     # own mass kg in the model it was fit on]; a mass of 0: none
     payload: np.ndarray = field(default_factory=lambda: np.zeros(5))
+    # the fine inputs asinh(x / (scale / fine_ratio)) beside x / scale; 0: none (format 1)
+    fine_ratio: float = 0.0
 
     def save(self, path: Path | str) -> None:
         arrays = {f"{name}_{i}": a for name in _LAYERS for i, a in enumerate(getattr(self, name))}
         np.savez(path, format=np.array(FORMAT), velocity_scale=self.velocity_scale, error_scale=self.error_scale,
-                 mask=self.mask, payload=self.payload, **arrays)
+                 mask=self.mask, payload=self.payload, fine_ratio=np.array(self.fine_ratio), **arrays)
 
     def to_bytes(self) -> bytes:
         import io
@@ -73,9 +80,9 @@ class ResidualWeights:
     def load(cls, path: Path | str) -> "ResidualWeights":
         try:
             with np.load(path) as data:
-                if int(data["format"]) != FORMAT:
-                    raise ResidualError(f"{path}: residual format {int(data['format'])}, this suite reads {FORMAT}; "
-                                        "rebuild the twin version with this suite")
+                if int(data["format"]) not in (1, FORMAT):
+                    raise ResidualError(f"{path}: residual format {int(data['format'])}, this suite reads 1 and "
+                                        f"{FORMAT}; rebuild the twin version with this suite")
                 layers = {name: tuple(np.asarray(data[f"{name}_{i}"], dtype=float) for i in range(6))
                           for name in _LAYERS}
                 weights = cls(**layers, velocity_scale=np.asarray(data["velocity_scale"], dtype=float),
@@ -83,7 +90,8 @@ class ResidualWeights:
                               mask=np.asarray(data["mask"], dtype=float),
                               # (written before the point mass was part of the residual: none)
                               payload=np.asarray(data["payload"], dtype=float) if "payload" in data
-                              else np.zeros(5))
+                              else np.zeros(5),
+                              fine_ratio=float(data["fine_ratio"]) if "fine_ratio" in data else 0.0)
         except (OSError, KeyError, ValueError) as error:
             if isinstance(error, ResidualError):
                 raise
@@ -95,6 +103,10 @@ class ResidualWeights:
         if weights.payload.shape != (5,) or weights.payload[0] < 0.0:
             raise ResidualError(f"{path}: the residual's payload is not [mass >= 0, x, y, z, hand mass]; rebuild the "
                                 "twin version")
+        inputs = (4 if weights.fine_ratio > 0.0 else 2) + len(ARM_JOINTS)
+        if not np.isfinite(weights.fine_ratio) or weights.fine_ratio < 0.0 or weights.joint[0].shape[1] != inputs:
+            raise ResidualError(f"{path}: the residual's transmission part takes {weights.joint[0].shape[1]} inputs "
+                                f"where its fine_ratio {weights.fine_ratio:g} means {inputs}; rebuild the twin version")
         return weights
 
     @classmethod
@@ -102,7 +114,7 @@ class ResidualWeights:
         """A residual that is the load on the hand alone (its networks zero and masked)."""
         zero = (np.zeros((1, 9)), np.zeros(1), np.zeros((1, 1)), np.zeros(1))
         return cls((*zero, np.zeros((6, 1)), np.zeros(6)), (*zero, np.zeros((1, 1)), np.zeros(1)), np.ones(7),
-                   np.ones(7), np.zeros(7), np.asarray(payload, dtype=float))
+                   np.ones(7), np.zeros(7), np.asarray(payload, dtype=float))  # (fine_ratio 0: 2 + 7 inputs)
 
     @property
     def payload_mass_kg(self) -> float:
@@ -111,6 +123,19 @@ class ResidualWeights:
     @property
     def payload_offset_m(self) -> np.ndarray:
         return self.payload[1:4]
+
+
+def transmission_inputs(velocity: np.ndarray, error: np.ndarray, velocity_scale: np.ndarray,
+                        error_scale: np.ndarray, fine_ratio: float) -> np.ndarray:
+    """(N, 7, k + 7) the transmission network's inputs from (N, 7) joint velocities and
+    position errors: v / velocity_scale, e / error_scale, where fine_ratio > 0 also
+    asinh(v / (velocity_scale / fine_ratio)) and asinh(e / (error_scale / fine_ratio)),
+    then the joint's index one-hot."""
+    parts = [velocity / velocity_scale, error / error_scale]
+    if fine_ratio > 0.0:
+        parts += [np.arcsinh(velocity * fine_ratio / velocity_scale), np.arcsinh(error * fine_ratio / error_scale)]
+    one_hot = np.broadcast_to(np.eye(velocity.shape[1]), (len(velocity), velocity.shape[1], velocity.shape[1]))
+    return np.concatenate([*(p[..., None] for p in parts), one_hot], axis=2)
 
 
 def _mlp(layers: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
@@ -180,7 +205,6 @@ class ResidualTorque:
         self._dof = joint_dof_addresses(model, ARM_JOINTS)
         self._actuators = command_actuator_ids(model, ARM_JOINTS)
         self._hand = model.body(HAND_BODY).id
-        self._one_hot = np.eye(len(ARM_JOINTS))
 
     def torques(self, rotation: np.ndarray, jacobian: np.ndarray, velocity: np.ndarray,
                 error: np.ndarray) -> np.ndarray:
@@ -189,9 +213,8 @@ class ResidualTorque:
         the networks' (masked) and the point mass's weight."""
         w = self.weights
         wrench = _mlp(w.wrench, rotation)
-        local_in = np.concatenate([(velocity / w.velocity_scale)[..., None], (error / w.error_scale)[..., None],
-                                   np.broadcast_to(self._one_hot, (len(velocity), 7, 7))], axis=2)
-        local = _mlp(w.joint, local_in)[..., 0]
+        local = _mlp(w.joint, transmission_inputs(velocity, error, w.velocity_scale, w.error_scale,
+                                                  w.fine_ratio))[..., 0]
         networks = (np.einsum("nij,ni->nj", jacobian, wrench) + local) * w.mask
         if w.payload_mass_kg <= 0.0:
             return networks
