@@ -242,8 +242,11 @@ class ExcitationPlayer:
                                   "driver (or the emulated workcell) running on this ROS_DOMAIN_ID?")
             time.sleep(0.02)
 
-    def wait_for_box(self, timeout_s: float = 5.0) -> np.ndarray:
-        """The box's position from a pose received after this call (the box may just have been pushed)."""
+    def wait_for_box(self, timeout_s: float = 15.0) -> np.ndarray:
+        """The box's position from a pose received after this call (the box may just have been pushed).
+        The wait allows for a tracker that has just started, or whose cameras deliver 1-2 frames a
+        second on a loaded host. With 5 s, a tracker started beside the excitation (up 14 s after
+        the workcell, 5 s before the wait ran out) ended a push excitation before its first push."""
         asked = time.monotonic()
         deadline = asked + timeout_s
         while self.box_received <= asked and time.monotonic() < deadline:
