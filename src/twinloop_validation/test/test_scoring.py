@@ -13,8 +13,8 @@ import pytest
 from twinloop_validation import cli
 from twinloop_validation.cli import main
 from twinloop_validation.scoring import (FAILURE_MODES, STALE_Z, BoxGoal, TrialScore, ValidationError, classify,
-                                         command_latency_s, compare_rounds, drawn_parameters, format_summary,
-                                         staleness_verdict, summarize)
+                                         command_latency_s, compare_rounds, format_summary, staleness_verdict,
+                                         summarize)
 
 GOAL = BoxGoal((0.45, -0.05), 0.015)
 START = np.array([0.45, 0.10, 0.775])  # 15 cm from the goal along -y
@@ -146,22 +146,3 @@ def test_staleness_verdict_from_the_trials_z():
     unknown = staleness_verdict([_score(True, True, "success", 0.002)])
     assert unknown["stale"] is None and "no identified uncertainty" in unknown["evidence"]
     assert cli.STALE_Z == STALE_Z
-
-
-def test_the_draws_sample_what_identification_could_not_pin_down_at_its_prior_spread():
-    """A finger gain identification left at its nominal 1000 +- 500 N/m is drawn over that
-    spread, not held at 1000: held there, a round of a policy whose grip is too weak for the
-    cell's fingers (0/10 on the cell) was predicted at 100 % over the twin's draws; drawn,
-    71 % (and a round at 8/10 on the cell at 82 %, where it read 98 %). A twin that identified
-    nothing has no uncertainty to draw."""
-    from twinloop_twin.parameters import Parameter, ParameterSet
-
-    arm = Parameter(1500.0, 40.0, True, "N*m/rad", "identified")
-    finger = Parameter(1000.0, 500.0, False, "N/m", "nominal")
-    exact = Parameter(0.01, 0.0, False, "kg", "nominal")
-    twin = ParameterSet({"actuator.panda_joint4.kp": arm, "actuator.panda_finger_joint1.kp": finger,
-                         "joint.panda_finger_joint1.armature": exact})
-    assert set(drawn_parameters(twin)) == {"actuator.panda_joint4.kp", "actuator.panda_finger_joint1.kp"}
-    nominal = ParameterSet({"actuator.panda_joint4.kp": dataclasses.replace(arm, identifiable=False, source="nominal"),
-                            "actuator.panda_finger_joint1.kp": finger})
-    assert not drawn_parameters(nominal)

@@ -16,8 +16,7 @@ the failure mode, the twin's prediction (the trial replayed in TWIN, a twin vers
 folder such as twins/emulated/v1), the box's end in the twin against the tracker's, the
 replay's joint and end-effector RMSE, the command-to-motion latency, envelope
 interventions, and the staleness z (the trial's replay error against the spread of
-replays under `--draws` samples of the twin's uncertainty: its identified parameters and,
-at their prior's spread, those identification could not pin down). Then the round:
+replays under `--draws` samples of the twin's identified uncertainty). Then the round:
 real and predicted success rates with 95 % intervals, and whether the twin is stale (median
 z above `--stale-z`).
 The round goes to a new folder (default validation/<policy>-<workcell>-v<N>-<UTC time>;

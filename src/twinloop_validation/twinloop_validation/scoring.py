@@ -18,10 +18,7 @@ monitor's status). Scoring reads only what a real cell records:
   table and did not move: no grasp); `slip` (it moved toward the goal but ended short);
   `overshoot` (it ended beyond the goal); `off_target` (beside it).
 - **Staleness** (a posterior predictive check): the trial also replayed under `draws`
-  samples of the twin's parameters (mean +- std: the identified ones' posterior, and the
-  ones identification could not pin down at their prior spread, which is all the twin
-  knows of them: a finger gain left at its nominal 1000 +- 500 N/m is drawn over that
-  range, not held at 1000); per arm joint, the spread
+  samples of the twin's identified parameters (mean +- std); per arm joint, the spread
   of those replays around the twin's mean replay is the error the twin's own uncertainty
   predicts. The trial's z is the worst joint's observed RMSE over that prediction (with a
   floor of `SPREAD_FLOOR_RAD` for joints the trial hardly moves). A round whose median z
@@ -173,17 +170,6 @@ def classify(goal: BoxGoal, start: np.ndarray, end: np.ndarray, peak_lift_m: flo
     return "overshoot" if along > distance else "slip"
 
 
-def drawn_parameters(parameters):
-    """The parameters a trial's posterior draws sample (a twinloop_twin ParameterSet): every
-    one with a spread, the identified ones and those identification could not pin down (at
-    their prior's std: all the twin knows of them), where identification measured at least
-    one; none for a twin that identified nothing (no uncertainty to check against)."""
-    from twinloop_twin.parameters import ParameterSet
-
-    measured = any(p.identifiable and p.std > 0 for p in parameters.values())
-    return ParameterSet({n: p for n, p in parameters.items() if p.std > 0} if measured else {})
-
-
 @dataclass
 class TrialScorer:
     """Scores trial bags of one policy against one twin version (loaded once)."""
@@ -200,6 +186,7 @@ class TrialScorer:
         from twinloop_twin.bundle import load_twin
         from twinloop_twin.kinematics import UrdfTransforms
         from twinloop_twin.nominal import load_scene, load_twin_workcell
+        from twinloop_twin.parameters import ParameterSet
         from twinloop_twin.residual import load_residual
 
         twin = load_twin(Path(self.twin_path))
@@ -215,7 +202,9 @@ class TrialScorer:
         self._sim = WorkcellSimulation(workcell, model=model, residual=residual)
         self._kinematics = UrdfTransforms(workcell.urdf_xml)
         self._rest_z = float(self._sim.box_qpos()[2])
-        self.uncertain = drawn_parameters(twin.parameters)
+        # the identified parameters with a measured spread: what the staleness check samples
+        # what the twin's spread is drawn over: the identified parameters with an uncertainty
+        self.uncertain = ParameterSet({n: p for n, p in twin.parameters.items() if p.identifiable and p.std > 0})
         self._rng = np.random.default_rng(self.seed)
 
     def score(self, bag_path: Path | str, replay_dir: Path | None = None) -> TrialScore:
