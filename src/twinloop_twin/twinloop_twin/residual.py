@@ -44,6 +44,7 @@ HAND_BODY = "panda_hand"
 FORMAT = 2  # 2: the transmission part's fine inputs (fine_ratio); 1 (read too): without them
 _MASS_MATCH_KG = 1e-9  # a hand mass this close to the expected one is that mass
 _LAYERS = ("wrench", "joint")
+_ONE_HOT = np.eye(len(ARM_JOINTS))  # the transmission part's joint index (built once: it is on the per-step path)
 
 
 class ResidualError(TwinError):
@@ -134,8 +135,8 @@ def transmission_inputs(velocity: np.ndarray, error: np.ndarray, velocity_scale:
     parts = [velocity / velocity_scale, error / error_scale]
     if fine_ratio > 0.0:
         parts += [np.arcsinh(velocity * fine_ratio / velocity_scale), np.arcsinh(error * fine_ratio / error_scale)]
-    one_hot = np.broadcast_to(np.eye(velocity.shape[1]), (len(velocity), velocity.shape[1], velocity.shape[1]))
-    return np.concatenate([*(p[..., None] for p in parts), one_hot], axis=2)
+    return np.concatenate([*(p[..., None] for p in parts), np.broadcast_to(_ONE_HOT, (len(velocity), *_ONE_HOT.shape))],
+                          axis=2)
 
 
 def _mlp(layers: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
