@@ -287,6 +287,7 @@ def test_trials_run(stack):
     assert stack.state() == EnvelopeStatus.STATE_DISARMED
 
 
+@pytest.mark.timeout(900)  # training, two trials, four scorings and a correction: over 300 s seen on a loaded host
 @pytest.mark.usefixtures("monitor_cleared")
 def test_validate_run(stack, identification_bags):
     """Held-out trials of a policy trained in the nominal twin, scored against it. The cell's
