@@ -9,13 +9,14 @@ physics rate.
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from twinloop_logging.bag_reader import BagError, open_bag
+from twinloop_logging.bag_reader import Bag, BagError, open_bag
 from twinloop_twin.contract import (APPLIED_COMMAND_SUFFIX, BOX_POSE_SUFFIX, CommandRejected, parse_joint_command,
                                    simulated_topic)
 from twinloop_sim.workcell_sim import WorkcellSimulation
@@ -54,9 +55,11 @@ class ReplayResult:
     twin_box_xyz: np.ndarray
 
 
-def load_recorded_run(bag_path: Path | str, commandable: list[str]) -> RecordedRun:
+def load_recorded_run(bag_path: Path | str, commandable: list[str], *, bag: Bag | None = None) -> RecordedRun:
+    """The run the bag at `bag_path` recorded, for replay; `bag`: that bag already open (read
+    here, not closed: each opening parses its metadata again, a few hundred ms)."""
     try:
-        with open_bag(bag_path) as bag:
+        with contextlib.nullcontext(bag) if bag is not None else open_bag(bag_path) as bag:
             if COMMAND_TOPIC not in bag.topics or bag.topics[COMMAND_TOPIC].count == 0:
                 raise ReplayError(f"bag {bag_path} has no {COMMAND_TOPIC} messages, so there is nothing to "
                                   "replay: record runs with the 'trial' or 'identification' profile")

@@ -225,8 +225,7 @@ class TrialScorer:
                     raise ValidationError(f"{bag_path} was recorded with split '{split}': validation judges only "
                                           "held-out trials (record them with `twinloop validate run`, or "
                                           "`twinloop trials --split held_out`)")
-            run = load_recorded_run(bag_path, list(self._sim.commandable_joints))
-            with open_bag(bag_path) as bag:
+                run = load_recorded_run(bag_path, list(self._sim.commandable_joints), bag=bag)
                 box = read_tracked_box(bag, run.start_ns)
                 envelope = read_envelope(bag)
         except (BagError, ReplayError) as error:
