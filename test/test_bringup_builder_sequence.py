@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from twinloop_interfaces.msg import EnvelopeStatus
 
+from twinloop_builder.excitation import SCAN_VIEWS
 from twinloop_logging.bag_reader import Bag
 from twinloop_ros.qos import LATCHED
 from twinloop_ros.testing import RosProbe, fresh_domain_id, localhost_env
@@ -142,8 +143,12 @@ def test_the_readme_sequence_records_four_bags_without_a_fault_and_builds_the_ge
     for command, path in bags.items():
         kind = re.search(r"--kind (\w+)", command).group(1)
         if kind == "scan":
+            # frames at every view (the geometry's accuracy, above, is what they are for): the
+            # emulated camera drops frames to keep up on a loaded host (87 over the scan in a
+            # fresh-clone run, some 300 on an idle one)
             with Bag(path) as bag:
-                assert bag.topics["/wrist_camera/depth/image_rect_raw"].count > 100, bag.topics
+                assert bag.topics["/wrist_camera/depth/image_rect_raw"].count >= 2 * (len(SCAN_VIEWS) + 1), \
+                    bag.topics
             continue
         split = re.search(r"--split (\w+)", command).group(1)
         duration = re.search(r"--duration ([\d.]+)", command)
