@@ -80,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
                              "check (0: no check)")
         command.add_argument("--stale-z", type=float, default=STALE_Z, help="a round whose median z is above this "
                              "marks the twin stale")
+        # run: 1, the cores stay with the cell's nodes, which are up (score where they are down)
+        command.add_argument("--workers", type=int, default=1 if command is run else 2,
+                             help="a trial's draws replayed at once, on threads (default: run 1, the cell's nodes "
+                             "keep a core; score 2)")
     run.add_argument("-n", "--trials", type=int, default=5, help="number of held-out trials")
     run.add_argument("--runner", default="/policy_runner", help="node name of the policy runner")
     score.add_argument("bags", nargs="+", help="trial bags (split held_out)")
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         return _correct(args)
     if args.draws < 0 or not args.stale_z > 0:
         parser.error(f"--draws {args.draws} / --stale-z {args.stale_z}: give draws >= 0 and a z above 0")
+    if args.workers < 1:
+        parser.error(f"--workers {args.workers}: give at least 1")
     if args.command == "run" and args.trials < 1:
         parser.error(f"-n {args.trials}: give at least one trial")
     try:
@@ -257,7 +263,8 @@ def _prepare(args):
         raise ValueError(f"policy {spec.policy_version} has no box goal (trial.goal_box_xy): validation scores "
                          "policies whose trials move the box to a goal")
     try:
-        scorer = TrialScorer(Path(args.twin), BoxGoal(tuple(spec.goal_box_xy), spec.goal_radius_m), draws=args.draws)
+        scorer = TrialScorer(Path(args.twin), BoxGoal(tuple(spec.goal_box_xy), spec.goal_radius_m), draws=args.draws,
+                             workers=args.workers)
     except (TwinError, OSError) as error:
         raise ValueError(f"twin {args.twin}: {error}; give a twin version folder such as twins/emulated/v0") from None
     output = Path(args.output) if args.output else Path("validation") / (

@@ -31,6 +31,7 @@ to score the tracker).
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -179,6 +180,7 @@ class TrialScorer:
     window_s: float = 0.3
     draws: int = 8  # posterior samples per trial for the staleness check (0: none)
     seed: int = 0
+    workers: int = 2  # draws replayed at once (threads)
     _sim: object = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -268,6 +270,7 @@ class TrialScorer:
 
         from twinloop_sim.replay import replay
         from twinloop_sim.workcell_sim import WorkcellSimulation
+        from twinloop_twin.kinematics import UrdfTransforms
         from twinloop_twin.model_parameters import apply_parameters, sample_parameters
         from twinloop_twin.residual import ResidualTorque
 
@@ -275,15 +278,25 @@ class TrialScorer:
             return {}, float("nan"), float("nan")
         mean_columns = [result.joint_names.index(j) for j in arm]
         mean_q = result.twin_q[:, mean_columns]
+        samples = [sample_parameters(self.uncertain, self._rng) for _ in range(self.draws)]  # in order: seeded
+
+        def one(sample) -> tuple[np.ndarray, bool]:
+            # all a replay writes is its own: model, simulation, the kinematics' pinocchio data
+            model = copy.copy(self._sim.model)
+            apply_parameters(model, sample)
+            residual = None if self._residual_weights is None else ResidualTorque(model, self._residual_weights)
+            drawn = replay(run, WorkcellSimulation(self._workcell, model=model, residual=residual),
+                           UrdfTransforms(self._workcell.urdf_xml))
+            return (np.mean((drawn.twin_q[:, mean_columns] - mean_q) ** 2, axis=0),
+                    self.goal.reached(drawn.twin_box_xyz[-1]))
+
+        with ThreadPoolExecutor(max(1, self.workers)) as pool:  # MuJoCo steps without holding the GIL
+            outcomes = list(pool.map(one, samples))
         squares = np.zeros(len(arm))
         reached = 0
-        for _ in range(self.draws):
-            model = copy.copy(self._sim.model)
-            apply_parameters(model, sample_parameters(self.uncertain, self._rng))
-            residual = None if self._residual_weights is None else ResidualTorque(model, self._residual_weights)
-            drawn = replay(run, WorkcellSimulation(self._workcell, model=model, residual=residual), self._kinematics)
-            squares += np.mean((drawn.twin_q[:, mean_columns] - mean_q) ** 2, axis=0)
-            reached += self.goal.reached(drawn.twin_box_xyz[-1])
+        for square, hit in outcomes:  # summed in draw order: the same numbers with any number of workers
+            squares += square
+            reached += hit
         spread = np.sqrt(squares / self.draws + SPREAD_FLOOR_RAD ** 2)
         observed = np.array([result.joint_rmse_rad[result.joint_names.index(j)] for j in arm])
         return {j: float(v) for j, v in zip(arm, spread)}, float(np.max(observed / spread)), reached / self.draws
