@@ -105,6 +105,15 @@ def load_recorded_run(bag_path: Path | str, commandable: list[str], *, bag: Bag 
 
 def replay(run: RecordedRun, sim: WorkcellSimulation, kinematics: UrdfTransforms, *,
            period_s: float = 0.002) -> ReplayResult:
+    twin_t, twin_q, twin_box = simulate(run, sim, period_s=period_s)
+    return _compare(run, sim, kinematics, twin_t, twin_q, twin_box)
+
+
+def simulate(run: RecordedRun, sim: WorkcellSimulation, *,
+             period_s: float = 0.002) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The run's commands replayed in `sim` from its first recorded state: (twin_t, twin_q
+    of sim.joint_names, twin_box xyz), one row per `period_s`; `replay` without its
+    comparison with the recording."""
     initial = {name: float(q) for name, q in zip(run.joint_names, run.state_q[0]) if name in sim.joint_names}
     sim.reset(initial, reset_box=True)
     if len(run.box_t):
@@ -127,9 +136,7 @@ def replay(run: RecordedRun, sim: WorkcellSimulation, kinematics: UrdfTransforms
             next_command += 1
         sim.advance(steps_per_sample)
         qpos_log[k] = data.qpos
-    twin_q = qpos_log[:, sim.qpos_addresses]
-    twin_box = qpos_log[:, sim.box_qpos_slice][:, :3]
-    return _compare(run, sim, kinematics, twin_t, twin_q, twin_box)
+    return twin_t, qpos_log[:, sim.qpos_addresses], qpos_log[:, sim.box_qpos_slice][:, :3]
 
 
 def _compare(run: RecordedRun, sim: WorkcellSimulation, kinematics: UrdfTransforms, twin_t: np.ndarray,

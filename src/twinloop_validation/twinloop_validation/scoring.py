@@ -268,9 +268,8 @@ class TrialScorer:
         one trial; ({}, NaN, NaN) without draws or uncertainty."""
         import copy
 
-        from twinloop_sim.replay import replay
+        from twinloop_sim.replay import simulate
         from twinloop_sim.workcell_sim import WorkcellSimulation
-        from twinloop_twin.kinematics import UrdfTransforms
         from twinloop_twin.model_parameters import apply_parameters, sample_parameters
         from twinloop_twin.residual import ResidualTorque
 
@@ -281,14 +280,13 @@ class TrialScorer:
         samples = [sample_parameters(self.uncertain, self._rng) for _ in range(self.draws)]  # in order: seeded
 
         def one(sample) -> tuple[np.ndarray, bool]:
-            # all a replay writes is its own: model, simulation, the kinematics' pinocchio data
+            # all a draw writes is its own (model, simulation); it needs only the twin's motion,
+            # not the comparison with the recording (end-effector error, alignment)
             model = copy.copy(self._sim.model)
             apply_parameters(model, sample)
             residual = None if self._residual_weights is None else ResidualTorque(model, self._residual_weights)
-            drawn = replay(run, WorkcellSimulation(self._workcell, model=model, residual=residual),
-                           UrdfTransforms(self._workcell.urdf_xml))
-            return (np.mean((drawn.twin_q[:, mean_columns] - mean_q) ** 2, axis=0),
-                    self.goal.reached(drawn.twin_box_xyz[-1]))
+            _, twin_q, twin_box = simulate(run, WorkcellSimulation(self._workcell, model=model, residual=residual))
+            return np.mean((twin_q[:, mean_columns] - mean_q) ** 2, axis=0), self.goal.reached(twin_box[-1])
 
         with ThreadPoolExecutor(max(1, self.workers)) as pool:  # MuJoCo steps without holding the GIL
             outcomes = list(pool.map(one, samples))
