@@ -206,9 +206,13 @@ def test_external_force_over_the_limit(cell):
 
 def test_stale_joint_states(cell):
     start = cell.prepare()
-    # Joint 7 turns the hand about its own axis: no Cartesian limit is near.
-    ramp = cell.ramp(start, "panda_joint7", 0.3, duration_s=2.5)
-    time.sleep(0.5)
+    # Joint 7 turns the hand about its own axis: no Cartesian limit is near. Slowly: once the
+    # joint states stop, the target's lead over the last measured position grows at the ramp's
+    # speed and would fault on its own (max_target_lead, 0.25 rad) if the watchdog ran late.
+    # At 0.1 rad/s the lead is ~0.06 rad when the 0.5 s watchdog is due, 1.9 s from that
+    # limit; at 0.3 rad/s it was ~0.17, and a fresh-clone run faulted on the lead first.
+    ramp = cell.ramp(start, "panda_joint7", 0.1, duration_s=5.5)
+    time.sleep(1.2)
     frozen_at = time.time()
     os.kill(cell.workcell.process.pid, signal.SIGSTOP)  # the robot driver stops reporting
     try:
