@@ -146,3 +146,27 @@ def test_staleness_verdict_from_the_trials_z():
     unknown = staleness_verdict([_score(True, True, "success", 0.002)])
     assert unknown["stale"] is None and "no identified uncertainty" in unknown["evidence"]
     assert cli.STALE_Z == STALE_Z
+
+
+def test_score_arguments_are_checked_before_anything_is_scored(tmp_path, capsys):
+    """A bag missing among several is told at once (before the first is scored, before the
+    policy or twin is read), and nothing is written; a bad option's error comes with the
+    subcommand's usage line; --help gives the defaults."""
+    present = tmp_path / "trial_0"
+    present.mkdir()
+    output = tmp_path / "round"
+    args = ["score", "no_such_policy", "--twin", "no_such_twin", "--output", str(output)]
+    assert main([*args, str(present), str(tmp_path / "trial_1_typo")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such trial bag" in err[0] and "trial_1_typo" in err[0] and "trial_0" not in err[0]
+    assert not output.exists() and present.is_dir() and not any(present.iterdir())
+    for option, told in ((["--workers", "0"], "--workers 0"), (["--draws", "-1"], "--draws -1")):
+        with pytest.raises(SystemExit) as exit_:
+            main([*args, *option, str(present)])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "usage: twinloop validate score" in err and told in err
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "default 8" in help_text and f"default {STALE_Z:g}" in help_text

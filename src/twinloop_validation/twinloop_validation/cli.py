@@ -44,7 +44,7 @@ the lineage, the parameters of each version against the nominal one, success per
 for the cell and each version, agreement per version, interventions, recordings and drops.
 
 Exit codes: 0 scored, compared or corrected (whatever the success rate); 2 bad input (no
-such policy or twin, a bag that is not a held-out trial or that the twin was fit on, no
+such policy, twin or bag, a bag that is not a held-out trial or that the twin was fit on, no
 box tracker pose in a bag, an existing --output, a round's report.json unreadable);
 3 the runner is not running on this ROS_DOMAIN_ID or a node it needs is not ready; 4 the
 trials failed to run, or correction's identification failed (the message says why); 130
@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--output", default="", help="new folder of the round's report (default under "
                              "validation/)")
         command.add_argument("--draws", type=int, default=8, help="posterior samples per trial for the staleness "
-                             "check (0: no check)")
+                             "check (0: no check; default 8)")
         command.add_argument("--stale-z", type=float, default=STALE_Z, help="a round whose median z is above this "
-                             "marks the twin stale")
+                             f"marks the twin stale (default {STALE_Z:g})")
         # run: 1, the cores stay with the cell's nodes, which are up (score where they are down)
         command.add_argument("--workers", type=int, default=1 if command is run else 2,
                              help="a trial's draws replayed at once, on threads (default: run 1, the cell's nodes "
@@ -125,16 +125,25 @@ def main(argv: list[str] | None = None) -> int:
         return _compare([Path(r) for r in args.rounds])
     if args.command == "correct":
         if not args.widen >= 1.0:
-            parser.error(f"--widen {args.widen}: give a factor of at least 1")
+            correct.error(f"--widen {args.widen}: give a factor of at least 1")
         if not args.stale_z > 0:
-            parser.error(f"--stale-z {args.stale_z}: give a z above 0")
+            correct.error(f"--stale-z {args.stale_z}: give a z above 0")
         return _correct(args)
+    command = run if args.command == "run" else score  # its usage line with the error
     if args.draws < 0 or not args.stale_z > 0:
-        parser.error(f"--draws {args.draws} / --stale-z {args.stale_z}: give draws >= 0 and a z above 0")
+        command.error(f"--draws {args.draws} / --stale-z {args.stale_z}: give draws >= 0 and a z above 0")
     if args.workers < 1:
-        parser.error(f"--workers {args.workers}: give at least 1")
+        command.error(f"--workers {args.workers}: give at least 1")
     if args.command == "run" and args.trials < 1:
-        parser.error(f"-n {args.trials}: give at least one trial")
+        command.error(f"-n {args.trials}: give at least one trial")
+    if args.command == "score":
+        # Every bag is looked for before the first is scored: a typo in the last of ten is
+        # told at once, not after minutes of scoring the others.
+        missing = [b for b in args.bags if not Path(b).exists()]
+        if missing:
+            print(f"twinloop validate: error: no such trial bag: {', '.join(missing)}; give the bag folders "
+                  "(or .mcap files) that `twinloop trials run` recorded", file=sys.stderr)
+            return EXIT_BAD_INPUT
     try:
         scorer, spec, output = _prepare(args)
     except ValueError as error:
