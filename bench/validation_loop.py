@@ -12,7 +12,8 @@ oracle, r >= 0.9.
 
     .venv/bin/python bench/validation_loop.py [--trials 10] [--truth-file F | --seed N] [--quick]
 
-Not a test: about 39 minutes with the defaults on 2 cores (four trainings, 40 held-out and 8 fit trials; more when a correction runs).
+Not a test: about 39 minutes with the defaults on 2 cores (four trainings, 40 held-out and
+8 fit trials; more when a correction runs).
 """
 from __future__ import annotations
 
