@@ -50,12 +50,12 @@ def test_runner_refuses_a_mismatched_policy(tmp_path, home):
 @pytest.mark.parametrize("name, value, says", [
     ("stale_abort_s", float("nan"), "> 0"), ("stale_abort_s", -1.0, "> 0"), ("settle_s", float("nan"), ">= 0"),
     ("settle_s", -0.5, ">= 0"), ("observation_timeout_s", 0.0, "> 0"), ("record_ready_timeout_s", float("inf"), "> 0"),
-    ("judge_wait_s", float("nan"), ">= 0"),
+    ("judge_wait_s", float("nan"), ">= 0"), ("judge_settle_m", 0.0, "> 0"),
 ])
 def test_runner_refuses_a_wait_that_is_not_a_time(tmp_path, home, name, value, says):
     policy = write_scripted_policy(tmp_path / "reach", home)
     log = _refused(tmp_path, policy.folder, **{name: value})
-    assert f"{name} {value}: give a finite time {says}" in log and "Traceback" not in log, log
+    assert f"{name} {value}: give a finite {'distance' if name.endswith('_m') else 'time'} {says}" in log and "Traceback" not in log, log
 
 
 @pytest.fixture(scope="module")

@@ -50,9 +50,11 @@ class PolicyRunnerNode(Node):
             "settle_s": (0.5, "s, wait after a scene reset before the trial starts"),
             "stale_abort_s": (0.5, "s, a running trial whose observations stay stale this long stops (until "
                               "then its steps are skipped); the envelope monitor's joint_state_timeout_s"),
-            "judge_wait_s": (3.0, "s, a box goal is judged by a tracker pose received after the trial's timeout; "
-                             "wait this long for one (the policy still stepped, its targets sent), then judge by "
-                             "the last, its age said"),
+            "judge_wait_s": (5.0, "s, a box goal is judged by a tracker pose of the box at rest received after "
+                             "the trial's timeout; wait this long for one (the policy still stepped, its targets "
+                             "sent), then judge by the last, why said"),
+            "judge_settle_m": (0.003, "m, a box is at rest when a tracker pose is within this of the one before "
+                               "it (the tracker's noise at rest is under 1 mm)"),
             "observation_timeout_s": (5.0, "s, wait after settle_s for every observation term's first value "
                                       "(e.g. the box tracker's pose); a trial without one is not run"),
             "recorder_node": ("/recorder", "recorder whose start/stop services record the trials"),
@@ -79,12 +81,14 @@ class PolicyRunnerNode(Node):
         if not (math.isfinite(self.p["stale_abort_s"]) and self.p["stale_abort_s"] > 0.0):
             raise StartupError(f"stale_abort_s {self.p['stale_abort_s']}: give a finite time > 0 (s; the envelope "
                                "monitor's joint_state_timeout_s, 0.5, is the default)")
-        for name, least in (("settle_s", 0.0), ("judge_wait_s", 0.0), ("observation_timeout_s", None),
+        for name, least in (("settle_s", 0.0), ("judge_wait_s", 0.0), ("judge_settle_m", None),
+                            ("observation_timeout_s", None),
                             ("record_ready_timeout_s", None)):
             value = self.p[name]  # a NaN wait never ends a trial's start; a negative one skips it
             if not (math.isfinite(value) and (value >= least if least is not None else value > 0.0)):
-                raise StartupError(f"{name} {value}: give a finite time {'>= 0' if least is not None else '> 0'} "
-                                   f"(s; config/policy_runner.yaml has the default)")
+                what, unit = ("distance", "m") if name.endswith("_m") else ("time", "s")
+                raise StartupError(f"{name} {value}: give a finite {what} {'>= 0' if least is not None else '> 0'} "
+                                   f"({unit}; config/policy_runner.yaml has the default)")
         self._closing = False
         self.stale_skips = 0
         # Commands: each message is one step of the monitor (the COMMANDS profile says why).
@@ -164,7 +168,7 @@ class PolicyRunnerNode(Node):
     def run_policy(self, timeout_s: float, judge: bool = True) -> tuple[bool, str]:
         """Step the policy from its reset until done (worker thread: blocks until then)."""
         run = self._run = PolicyRun(self.loop, self.assembler, timeout_s, judge, stale_abort_s=self.p["stale_abort_s"],
-                                         judge_wait_s=self.p["judge_wait_s"])
+                                         judge_wait_s=self.p["judge_wait_s"], judge_settle_m=self.p["judge_settle_m"])
         outcome = run.wait(stop=lambda: self._closing)
         self.stale_skips += run.stale_skips
         return outcome

@@ -165,13 +165,17 @@ class PolicyRun:
     # by default the envelope monitor's joint_state_timeout_s, so a scheduling hiccup on a
     # loaded computer skips steps instead of ending a trial the monitor would let go on.
     stale_abort_s: float = 0.5
-    # A box goal is judged by a box pose received after the timeout: the tracker may have lost
-    # the box while the hand held or hid it, and its last pose may be from before the box came
-    # to rest. Until one comes, at most this long, the policy keeps being stepped and its
-    # targets sent (the box pose's age no longer stops the run); then the last pose judges,
-    # its age said in the reason.
-    judge_wait_s: float = 3.0
+    # A box goal is judged by a box pose of a box at rest, received after the timeout: the
+    # tracker may have lost the box while the hand held or hid it, its last pose may be from
+    # before the box came to rest, and a box that slips on after the policy's last motion
+    # ends elsewhere. The run ends on the first pose received since the timeout that is
+    # within judge_settle_m of the pose before it. Until one comes, at most judge_wait_s,
+    # the policy keeps being stepped and its targets sent (the box pose's age no longer
+    # stops the run); then the last pose judges, why said in the reason.
+    judge_wait_s: float = 5.0
+    judge_settle_m: float = 0.003
     judging_since: float | None = None
+    box_poses: tuple = ()  # the last two box entries (x, y, receive time) seen by step(), oldest first
     stale_skips: int = 0
     stale_since: float | None = None
     outcome: tuple[bool, str] = (False, "")
@@ -185,6 +189,7 @@ class PolicyRun:
         if self.done.is_set():
             return None
         self.start_s = now_s if self.start_s is None else self.start_s
+        self.note_box_pose()
         try:
             action = self.loop.step(self.assembler.assemble(now_s, box_age_checked=self.judging_since is None))
         except StaleObservation as error:
@@ -211,15 +216,30 @@ class PolicyRun:
                 self.finish(False, f"timeout after {elapsed:.1f} s")
         return action
 
+    def note_box_pose(self) -> None:
+        entry = self.assembler.box_entry() if self.loop.spec.goal_box_xy is not None else None
+        if entry is not None and (not self.box_poses or entry[2] != self.box_poses[-1][2]):
+            self.box_poses = (*self.box_poses[-1:], entry)
+
     def judge_box(self, now_s: float) -> None:
-        """Finish on the first box pose received since the timeout, or after judge_wait_s on the last one."""
+        """Finish on the first pose of a box at rest received since the timeout, or after
+        judge_wait_s on the last one."""
         self.judging_since = now_s if self.judging_since is None else self.judging_since
-        entry = self.assembler.box_entry()
-        if entry is not None and entry[2] >= self.judging_since:
+        entry = self.box_poses[-1] if self.box_poses else None
+        fresh = entry is not None and entry[2] >= self.judging_since
+        moved = (float(np.hypot(entry[0] - self.box_poses[0][0], entry[1] - self.box_poses[0][1]))
+                 if len(self.box_poses) == 2 else None)
+        if fresh and moved is not None and moved <= self.judge_settle_m:
             self.finish(*box_goal_outcome(self.loop.spec, entry[:2]))
         elif now_s - self.judging_since >= self.judge_wait_s:
-            note = "" if entry is None else (f"judged by a box pose {now_s - entry[2]:.1f} s old: none came within "
-                                             f"{self.judge_wait_s:.1f} s of the trial's end")
+            if entry is None:
+                note = ""
+            elif not fresh:
+                note = (f"judged by a box pose {now_s - entry[2]:.1f} s old: none came within "
+                        f"{self.judge_wait_s:.1f} s of the trial's end")
+            else:
+                note = (f"the box had not come to rest {self.judge_wait_s:.1f} s after the trial's end"
+                        + ("" if moved is None else f": it moved {moved * 1000:.0f} mm between its last two poses"))
             self.finish(*box_goal_outcome(self.loop.spec, None if entry is None else entry[:2], note))
 
     def finish(self, success: bool, reason: str) -> None:
