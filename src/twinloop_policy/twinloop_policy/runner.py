@@ -167,9 +167,9 @@ class PolicyRun:
     stale_abort_s: float = 0.5
     # A box goal is judged by a box pose of a box at rest, received after the timeout: the
     # tracker may have lost the box while the hand held or hid it, its last pose may be from
-    # before the box came to rest, and a box that slips on after the policy's last motion
-    # ends elsewhere. The run ends on the first pose received since the timeout that is
-    # within judge_settle_m of the pose before it. Until one comes, at most judge_wait_s,
+    # before the box came to rest, and the box may keep sliding after the policy's last
+    # motion. The run ends on the first pose received since the timeout that is within
+    # judge_settle_m (x-y) of the tracker's previous pose. Until one comes, at most judge_wait_s,
     # the policy keeps being stepped and its targets sent (the box pose's age no longer
     # stops the run); then the last pose judges, why said in the reason.
     judge_wait_s: float = 5.0
