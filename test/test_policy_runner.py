@@ -55,7 +55,8 @@ def test_runner_refuses_a_mismatched_policy(tmp_path, home):
 def test_runner_refuses_a_wait_that_is_not_a_time(tmp_path, home, name, value, says):
     policy = write_scripted_policy(tmp_path / "reach", home)
     log = _refused(tmp_path, policy.folder, **{name: value})
-    assert f"{name} {value}: give a finite {'distance' if name.endswith('_m') else 'time'} {says}" in log and "Traceback" not in log, log
+    what = "distance" if name.endswith("_m") else "time"
+    assert f"{name} {value}: give a finite {what} {says}" in log and "Traceback" not in log, log
 
 
 @pytest.fixture(scope="module")
