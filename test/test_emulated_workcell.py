@@ -98,18 +98,24 @@ def test_contract_rates(workcell):
     depth = workcell.probe.collect(Image, "/wrist_camera/depth/image_rect_raw")
     info = workcell.probe.collect(CameraInfo, "/static_camera/color/camera_info")
     time.sleep(1.0)  # discovery
-    start_js, start_img, start_depth = len(workcell.joint_states), len(images), len(depth)
-    window_s = 4.0
-    time.sleep(window_s)
-    js_rate = (len(workcell.joint_states) - start_js) / window_s
-    image_rate = (len(images) - start_img) / window_s
-    depth_rate = (len(depth) - start_depth) / window_s
-    print(f"measured: joint_states {js_rate:.0f} Hz, color {image_rate:.1f} Hz, depth {depth_rate:.1f} Hz")
     # Nominal 500 Hz and 15 Hz (the declared emulated camera rate); generous bounds for a
-    # loaded 2-core machine.
-    assert 400 <= js_rate <= 560
-    assert 9 <= image_rate <= 17
-    assert 9 <= depth_rate <= 17
+    # loaded 2-core machine. Rendering both cameras takes most of a core, so a burst of load
+    # from elsewhere on the host (one CI run saw 442 Hz and 8 Hz with the load average at 8)
+    # skips frames for a while: the rates must hold over one of three 4 s windows, each
+    # printed. A workcell that cannot make them (a wrong timer, a render too slow) fails all three.
+    window_s, measured = 4.0, []
+    for _ in range(3):
+        start_js, start_img, start_depth = len(workcell.joint_states), len(images), len(depth)
+        time.sleep(window_s)
+        rates = ((len(workcell.joint_states) - start_js) / window_s, (len(images) - start_img) / window_s,
+                 (len(depth) - start_depth) / window_s)
+        measured.append(rates)
+        print("measured: joint_states {:.0f} Hz, color {:.1f} Hz, depth {:.1f} Hz".format(*rates))
+        js_rate, image_rate, depth_rate = rates
+        if 400 <= js_rate <= 560 and 9 <= image_rate <= 17 and 9 <= depth_rate <= 17:
+            break
+    else:
+        raise AssertionError(f"no 4 s window met 400-560 Hz joint states and 9-17 Hz images: {measured}")
     assert info and info[-1][1].k[0] > 0
 
 

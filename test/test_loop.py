@@ -40,7 +40,7 @@ pytestmark = pytest.mark.ros
 TWINLOOP = str(Path(sys.executable).parent / "twinloop")
 AFTER_SEED = 2  # the cell after its change: another draw the README sequences pass (test_randomized_physics.py)
 SCANNED, IDENTIFIED = 1, 2  # the loop's twin versions: the scan's geometry, then physics on it
-SEED = 1  # a draw the README sequences pass (test_randomized_physics.py); seed 4 faulted the pushes until the monitor let a hand pressed into its margin band move back (test_envelope.py)
+SEED = 1  # its own draw (test_randomized_physics.py runs the README sequences on seeds 0 and 2); seed 4 faulted the pushes until the monitor let a hand pressed into its margin band move back (test_envelope.py)
 
 
 @pytest.mark.timeout(2400)

@@ -1,6 +1,6 @@
 """The README's sequences under any plausible physics: truth files drawn from a seeded distribution.
 
-For each seed, `twinloop_twin.truth_draw` draws a hidden truth (every joint coefficient and
+For each seed (0 and 2; 1 is test_loop.py's), `twinloop_twin.truth_draw` draws a hidden truth (every joint coefficient and
 gain within a factor 0.5-2 of nominal, command delay 1-40 ms, box mass and frictions within
 plausible ranges), the draw is printed (seed and values: `draw_truth(nominal, seed)`
 reproduces it) and served by the emulated workcell, and the README's commands run as a user
@@ -43,7 +43,10 @@ from twinloop_twin.truth_draw import (CAMERA_OFFSET_RANGES, TruthRanges, describ
 from twinloop_twin.workcell import default_config_dir
 
 TWINLOOP = str(Path(sys.executable).parent / "twinloop")
-SEEDS = (0, 1, 2)
+# Seed 1 is test_loop.py's draw: make demo's loop runs these three excitations and the static
+# camera's live calibration on it, so the suite does not run them there twice (seeds 0-2
+# all passed here; more draws: the bench named above).
+SEEDS = (0, 2)
 # The stack these commands need (the builder README: workcell, monitor, recorder; the
 # calibration server for the calibration); the others idle on the same two cores.
 NOT_NEEDED = ("policy_runner", "twin_builder", "replay_server", "ghost_state_publisher")
