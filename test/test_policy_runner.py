@@ -187,3 +187,52 @@ def test_killed_runner_leaves_the_robot_held(cell, home, tmp_path):
     held = dict(zip(hold.name, hold.position))["panda_joint7"]
     assert abs(cell.measured()["panda_joint7"] - held) < 3e-3
     assert held < home[6] + 1.2, "the robot should have stopped well short of the goal"
+
+
+def test_readme_run_block_as_written_and_a_goal_without_the_stack(tmp_path):
+    """The policy README's Run block, its lines as written (the policy folder in this test's
+    folder instead of /tmp/reach; `tools/in_env.sh X` is the venv's X): the scripted policy
+    written, the runner up on config/policy_runner.yaml; then, as that README says, a goal
+    sent to the runner alone (no monitor, recorder or reset service) fails with one line
+    naming the monitor, exit 3, and the runner stays up."""
+    import re
+    import subprocess
+    import sys
+
+    from twinloop_ros.process import interrupt_group, localhost_env
+
+    readme = (Path(__file__).resolve().parents[1] / "src" / "twinloop_policy" / "README.md").read_text()
+    block = readme.split("## Run", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line.startswith("tools/in_env.sh ")]
+    assert len(lines) == 2 and "policy scripted /tmp/reach" in lines[0] and "policy_runner" in lines[1], lines
+    assert "`twinloop trials run /tmp/reach -n 1` exits 3" in " ".join(readme.split())
+    root, bin_dir = Path(__file__).resolve().parents[1], Path(sys.executable).parent
+    folder = tmp_path / "reach"
+
+    def argv(line: str) -> list[str]:
+        words = line.replace("/tmp/reach", str(folder)).split()[1:]  # tools/in_env.sh dropped
+        return [str(bin_dir / words[0]), *words[1:]]
+
+    env = localhost_env(fresh_domain_id())
+    written = subprocess.run(argv(lines[0]), cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert written.returncode == 0 and (folder / "policy.yaml").is_file(), written.stderr
+    log = open(tmp_path / "runner.log", "w")
+    runner = subprocess.Popen(argv(lines[1]), cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while "policy runner up" not in (tmp_path / "runner.log").read_text():
+            assert time.monotonic() < deadline and runner.poll() is None, (tmp_path / "runner.log").read_text()
+            time.sleep(0.5)
+        goal = subprocess.run(argv(f"tools/in_env.sh twinloop trials run {folder} -n 1"), cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        errors = [line for line in goal.stderr.splitlines() if "error" in line]
+        print(goal.stderr)
+        assert goal.returncode == 3 and len(errors) == 1 and "Traceback" not in goal.stderr, goal.stderr
+        assert re.search(r"service /envelope_monitor/set_armed is not available: start the envelope monitor",
+                         errors[0]), errors
+        assert runner.poll() is None, "the runner should stay up after a goal it could not run"
+    finally:
+        interrupt_group(runner)
+        log.close()
+    assert "Traceback" not in (tmp_path / "runner.log").read_text()

@@ -129,7 +129,8 @@ def test_compare_policies_pearson_and_mmrv(tmp_path, capsys):
                           ([rounds[0], malformed], "report.json: summary.twin_rate missing, "
                                                    "summary.twin_posterior_rate is 'x', not a number;")):
         assert main(["compare", *map(str, args)]) == 2
-        assert message in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert message in err and err.startswith("twinloop validate compare: error: ")
 
 
 def test_staleness_verdict_from_the_trials_z():
@@ -159,6 +160,7 @@ def test_score_arguments_are_checked_before_anything_is_scored(tmp_path, capsys)
     assert main([*args, str(present), str(tmp_path / "trial_1_typo")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no such trial bag" in err[0] and "trial_1_typo" in err[0] and "trial_0" not in err[0]
+    assert err[0].startswith("twinloop validate score: error: ")  # the prefix of argparse's own errors below
     assert not output.exists() and present.is_dir() and not any(present.iterdir())
     for option, told in ((["--workers", "0"], "--workers 0"), (["--draws", "-1"], "--draws -1")):
         with pytest.raises(SystemExit) as exit_:

@@ -141,16 +141,16 @@ def main(argv: list[str] | None = None) -> int:
         # told at once, not after minutes of scoring the others.
         missing = [b for b in args.bags if not Path(b).exists()]
         if missing:
-            print(f"twinloop validate: error: no such trial bag: {', '.join(missing)}; give the bag folders "
+            print(f"twinloop validate score: error: no such trial bag: {', '.join(missing)}; give the bag folders "
                   "(or .mcap files) that `twinloop trials run` recorded", file=sys.stderr)
             return EXIT_BAD_INPUT
     try:
         scorer, spec, output = _prepare(args)
     except ValueError as error:
-        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        print(f"twinloop validate {args.command}: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.command == "score":
-        return _score(scorer, spec, [Path(b) for b in args.bags], output, args.stale_z)
+        return _score(scorer, spec, [Path(b) for b in args.bags], output, args.stale_z, "twinloop validate score")
     return _run(args, scorer, spec, output)
 
 
@@ -206,17 +206,17 @@ def _correct(args) -> int:
                               progress=lambda stage, fraction, message: progress(message),
                               say=lambda text: print(text, flush=True))
     except (ValidationError, RecordingError, TwinError, OSError) as error:
-        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        print(f"twinloop validate correct: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (KeyError, TypeError, AttributeError) as error:
-        print(f"twinloop validate: error: a round's report.json lacks what a round holds ({error!r}); give the "
+        print(f"twinloop validate correct: error: a round's report.json lacks what a round holds ({error!r}); give the "
               "folders `twinloop validate run|score` wrote", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (IdentificationError, IdentificationCancelled) as error:
-        print(f"twinloop validate: error: correction's identification failed: {error}", file=sys.stderr)
+        print(f"twinloop validate correct: error: correction's identification failed: {error}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("twinloop validate: interrupted; nothing written", file=sys.stderr)
+        print("twinloop validate correct: interrupted; nothing written", file=sys.stderr)
         return 130
     if result is not None:
         print(format_correction(result))
@@ -232,10 +232,10 @@ def _report(run_dir: Path) -> int:
     try:
         paths = write_loop_report(run_dir)
     except ValidationError as error:
-        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        print(f"twinloop validate report: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (TwinError, OSError, ValueError, KeyError) as error:
-        print(f"twinloop validate: error: {run_dir}: {error}; give the folder of a `twinloop loop` run",
+        print(f"twinloop validate report: error: {run_dir}: {error}; give the folder of a `twinloop loop` run",
               file=sys.stderr)
         return EXIT_BAD_INPUT
     print(f"report: {paths[0]} and {paths[1]}")
@@ -250,7 +250,7 @@ def _compare(rounds: list[Path]) -> int:
     try:
         comparison = compare_rounds(_read_rounds(rounds))
     except ValidationError as error:
-        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        print(f"twinloop validate compare: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(format_comparison(comparison))
     numbers = {k: None if isinstance(v, float) and v != v else v for k, v in asdict(comparison).items()}
@@ -284,7 +284,8 @@ def _prepare(args):
     return scorer, spec, output
 
 
-def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float) -> int:
+def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float, prog: str) -> int:
+    """Score `bags` into the new folder `output`; `prog` prefixes its messages (the subcommand's, as argparse's)."""
     from twinloop_ros.command_line import Progress
     from twinloop_validation.report_html import write_round_html
     from twinloop_validation.scoring import ValidationError, format_summary, format_trial, report, summarize
@@ -293,7 +294,7 @@ def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float) -> int:
     try:
         output.mkdir(parents=True)  # new: never into an earlier round's folder
     except FileExistsError:
-        print(f"twinloop validate: error: {output} exists; give another --output", file=sys.stderr)
+        print(f"{prog}: error: {output} exists; give another --output", file=sys.stderr)
         return EXIT_BAD_INPUT
     scores = []
     try:
@@ -303,7 +304,7 @@ def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float) -> int:
             print(format_trial(index + 1, scores[-1]), flush=True)
     except ValidationError as error:
         shutil.rmtree(output, ignore_errors=True)  # only this round's new folder
-        print(f"twinloop validate: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     summary = summarize(scores, stale_z)
     line = format_summary(summary)
@@ -318,7 +319,7 @@ def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float) -> int:
             record_verdict(scorer.twin_path, summary.staleness["stale"], summary.staleness["evidence"],
                            str(output / "report.json"))
         except (TwinError, OSError) as error:  # the round stands; only the twin's standing is not updated
-            print(f"twinloop validate: warning: the twin's standing was not recorded: {error}", file=sys.stderr)
+            print(f"{prog}: warning: the twin's standing was not recorded: {error}", file=sys.stderr)
     progress("writing the HTML page")
     write_round_html(output)
     print(f"report: {output / 'report.json'} and {output / 'report.html'}")
@@ -338,9 +339,10 @@ def _run(args, scorer, spec, output: Path) -> int:
         for o in result.outcomes:
             progress(f"trial {o.trial_index + 1}: the runner says {'success' if o.success else 'failure'} "
                      f"({o.reason}), bag {o.bag_path}")
-        return _score(scorer, spec, [Path(o.bag_path) for o in result.outcomes], output, args.stale_z)
+        return _score(scorer, spec, [Path(o.bag_path) for o in result.outcomes], output, args.stale_z,
+                      "twinloop validate run")
 
-    return run_live("twinloop validate", body)
+    return run_live("twinloop validate run", body)
 
 
 if __name__ == "__main__":
