@@ -18,7 +18,11 @@ from twinloop_twin.workcell import load_workcell
 pytestmark = pytest.mark.ros
 
 RUNNER = "twinloop_policy.policy_runner_node"
-TIMEOUT_S = 0.5  # monitor watchdogs, generous for a shared 2-core host
+TIMEOUT_S = 0.5  # the monitor's command watchdog, generous for a shared 2-core host
+# Its joint-state watchdog: nothing here tests it, and at 0.5 s a CI run beside other load
+# saw the workcell's stream pause 502 ms and fault STALE_JOINT_STATE before the killed
+# runner's STALE_COMMAND could come.
+JOINT_STATE_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +66,7 @@ def test_runner_refuses_a_wait_that_is_not_a_time(tmp_path, home, name, value, s
 @pytest.fixture(scope="module")
 def module_cell(tmp_path_factory):
     logs = tmp_path_factory.mktemp("runner")
-    cell = EnvelopeCell(logs, {"command_timeout_s": TIMEOUT_S, "joint_state_timeout_s": TIMEOUT_S})
+    cell = EnvelopeCell(logs, {"command_timeout_s": TIMEOUT_S, "joint_state_timeout_s": JOINT_STATE_TIMEOUT_S})
     cell.logs = logs
     yield cell
     cell.close()
