@@ -171,7 +171,9 @@ class PolicyRun:
     # motion. The run ends on the first pose received since the timeout that is within
     # judge_settle_m (x-y) of the tracker's previous pose. Until one comes, at most judge_wait_s,
     # the policy keeps being stepped and its targets sent (the box pose's age no longer
-    # stops the run); then the last pose judges, why said in the reason.
+    # stops the run); then the last pose judges, why said in the reason. (observation_model's
+    # rest_step_m, 4 mm per axis, picks poses of a box at rest too, from a whole bag, to
+    # estimate the tracker's noise: a looser bound over many pairs, not a trial's end.)
     judge_wait_s: float = 5.0
     judge_settle_m: float = 0.003
     judging_since: float | None = None
