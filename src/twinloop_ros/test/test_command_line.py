@@ -50,3 +50,36 @@ def test_progress_prints_each_distinct_line_once(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert [line.split("] ", 1)[1] for line in lines] == ["moving: 0/12 views", "detecting: 0/12 views"]
     assert all(line.startswith("[") and " s] " in line for line in lines)
+
+
+@pytest.mark.ros
+def test_a_session_that_does_not_close_does_not_hold_the_command(tmp_path):
+    """The command's work is done and its one line printed: a session whose teardown never
+    returns (one CI run saw a refused `twinloop record start` hang there for 120 s) is left
+    behind after CLOSE_TIMEOUT_S, and the process exits with the command's code, no other line."""
+    import subprocess
+    import sys
+    import time
+
+    from twinloop_ros.process import localhost_env
+
+    script = tmp_path / "hung_close.py"
+    script.write_text(
+        "import sys, threading\n"
+        "from twinloop_interfaces.msg import ErrorCode\n"
+        "from twinloop_ros import command_line\n"
+        "from twinloop_ros.clients import ClientError\n"
+        "command_line.CLOSE_TIMEOUT_S = 2.0\n"
+        "def body(session):\n"
+        "    real_close = session.close\n"
+        "    session.close = lambda: (real_close(), threading.Event().wait())  # closes, then never returns\n"
+        "    raise ClientError(\"/recorder/start: unknown recording profile 'x'\", ErrorCode.INVALID_ARGUMENT)\n"
+        "sys.exit(command_line.run_live('twinloop record', body))\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], env=localhost_env(fresh_domain_id()), capture_output=True,
+                          text=True, timeout=60)
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["twinloop record: error: /recorder/start: unknown recording "
+                                                "profile 'x'"], done.stderr
+    assert took < 20.0, took  # 2 s of waiting on the close, not the 60 s of this test's own limit

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Callable, TextIO
 
@@ -55,23 +56,47 @@ def exit_code(error: ClientError) -> int:
     return EXIT_FAILED
 
 
+# A session that has not closed this long after the command's work is done is left behind:
+# the process exits with the command's code (one CI run saw a refused `twinloop record start`
+# print its error line, then hang in the session's close for the test's 120 s).
+CLOSE_TIMEOUT_S = 15.0
+
+
 def run_live(prog: str, body: Callable[[RosSession], int], *, name: str | None = None) -> int:
     """Run `body(session)` with a session node; errors become one line and an exit code."""
     session = None
+    code = EXIT_FAILED
     try:
         session = RosSession(name=(name or prog.replace("twinloop ", "twinloop_").replace(" ", "_"))
                              + f"_{os.getpid()}")
-        return int(body(session) or EXIT_OK)
+        code = int(body(session) or EXIT_OK)
     except ClientError as error:
         print(f"{prog}: {'cancelled: ' if exit_code(error) == EXIT_CANCELED else 'error: '}{error}",
               file=sys.stderr, flush=True)
-        return exit_code(error)
+        code = exit_code(error)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr, flush=True)
-        return EXIT_CANCELED
+        code = EXIT_CANCELED
     finally:
         if session is not None:
-            session.close()
+            close_or_exit(session, code)
+    return code
+
+
+def close_or_exit(session: RosSession, code: int, timeout_s: float | None = None) -> None:
+    """Close `session`; if that takes over `timeout_s` (default CLOSE_TIMEOUT_S; or Ctrl-C comes meanwhile), exit the
+    process with `code` at once: the command's work and its output are done, and a shell
+    must not wait on the middleware's teardown."""
+    closer = threading.Thread(target=session.close, daemon=True)
+    closer.start()
+    try:
+        closer.join(CLOSE_TIMEOUT_S if timeout_s is None else timeout_s)
+    except KeyboardInterrupt:
+        pass
+    if closer.is_alive():  # no line of its own: a refusal stays the one line it printed
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 class Progress:
