@@ -220,6 +220,10 @@ def test_readme_run_block_as_written_and_a_goal_without_the_stack(tmp_path):
     env = localhost_env(fresh_domain_id())
     written = subprocess.run(argv(lines[0]), cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert written.returncode == 0 and (folder / "policy.yaml").is_file(), written.stderr
+    policy_yaml = (folder / "policy.yaml").read_text()
+    again = subprocess.run(argv(lines[0]), cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "exists" in again.stderr, again.stderr  # a new folder, as the README says
+    assert (folder / "policy.yaml").read_text() == policy_yaml
     log = open(tmp_path / "runner.log", "w")
     runner = subprocess.Popen(argv(lines[1]), cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
