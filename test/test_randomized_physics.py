@@ -1,8 +1,8 @@
 """The README's sequences under any plausible physics: truth files drawn from a seeded distribution.
 
-For each seed (0 and 2; 1 is test_loop.py's), `twinloop_twin.truth_draw` draws a hidden truth (every joint coefficient and
-gain within a factor 0.5-2 of nominal, command delay 1-40 ms, box mass and frictions within
-plausible ranges), the draw is printed (seed and values: `draw_truth(nominal, seed)`
+For each seed (0 and 2; 1 is test_loop.py's), `twinloop_twin.truth_draw` draws a hidden
+truth (every joint coefficient and gain within a factor 0.5-2 of nominal, command delay
+1-40 ms, box mass and frictions within plausible ranges), the draw is printed (seed and values: `draw_truth(nominal, seed)`
 reproduces it) and served by the emulated workcell, and the README's commands run as a user
 runs them (the `twinloop` executable, in a scratch working directory, on a private
 localhost-only domain):

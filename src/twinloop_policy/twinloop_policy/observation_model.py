@@ -5,8 +5,9 @@ the tracker's poses (`/twinloop/perception/box_pose`, e.g. any identification or
 session) tells how the policy will see the box: the noise is the spread of successive
 positions while the box rests (pairs that moved less than `rest_step_m` on each axis; a
 robust spread of their differences, / sqrt(2) for the pair; the policy runner's
-`judge_settle_m`, 3 mm in x-y, is the stricter rule that ends a trial on a box at rest), the latency is the median of the recorder's
-receive time minus the pose's stamp (the camera frame it came from). Training then draws
+`judge_settle_m`, 3 mm in x-y, is the stricter rule that ends a trial on a box at rest),
+the latency is the median of the recorder's receive time minus the pose's stamp (the
+camera frame it came from). Training then draws
 the tracker's view with these instead of config/policy_task.yaml's stated values.
 """
 from __future__ import annotations

@@ -83,14 +83,14 @@ def run_live(prog: str, body: Callable[[RosSession], int], *, name: str | None =
     return code
 
 
-def close_or_exit(session: RosSession, code: int, timeout_s: float | None = None) -> None:
-    """Close `session`; if that takes over `timeout_s` (default CLOSE_TIMEOUT_S; or Ctrl-C comes meanwhile), exit the
-    process with `code` at once: the command's work and its output are done, and a shell
+def close_or_exit(session: RosSession, code: int) -> None:
+    """Close `session`; if that takes over CLOSE_TIMEOUT_S (or Ctrl-C comes meanwhile), exit
+    the process with `code` at once: the command's work and its output are done, and a shell
     must not wait on the middleware's teardown."""
     closer = threading.Thread(target=session.close, daemon=True)
     closer.start()
     try:
-        closer.join(CLOSE_TIMEOUT_S if timeout_s is None else timeout_s)
+        closer.join(CLOSE_TIMEOUT_S)
     except KeyboardInterrupt:
         pass
     if closer.is_alive():  # no line of its own: a refusal stays the one line it printed

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.stale_z > 0:
             correct.error(f"--stale-z {args.stale_z}: give a z above 0")
         return _correct(args)
-    command = run if args.command == "run" else score  # its usage line with the error
+    command = run if args.command == "run" else score  # its usage line with the error; its prog prefixes ours
     if args.draws < 0 or not args.stale_z > 0:
         command.error(f"--draws {args.draws} / --stale-z {args.stale_z}: give draws >= 0 and a z above 0")
     if args.workers < 1:
@@ -141,17 +141,17 @@ def main(argv: list[str] | None = None) -> int:
         # told at once, not after minutes of scoring the others.
         missing = [b for b in args.bags if not Path(b).exists()]
         if missing:
-            print(f"twinloop validate score: error: no such trial bag: {', '.join(missing)}; give the bag folders "
+            print(f"{command.prog}: error: no such trial bag: {', '.join(missing)}; give the bag folders "
                   "(or .mcap files) that `twinloop trials run` recorded", file=sys.stderr)
             return EXIT_BAD_INPUT
     try:
         scorer, spec, output = _prepare(args)
     except ValueError as error:
-        print(f"twinloop validate {args.command}: error: {error}", file=sys.stderr)
+        print(f"{command.prog}: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.command == "score":
-        return _score(scorer, spec, [Path(b) for b in args.bags], output, args.stale_z, "twinloop validate score")
-    return _run(args, scorer, spec, output)
+        return _score(scorer, spec, [Path(b) for b in args.bags], output, args.stale_z, command.prog)
+    return _run(args, scorer, spec, output, command.prog)
 
 
 def _read_rounds(rounds: list[Path]) -> list[dict]:
@@ -326,7 +326,7 @@ def _score(scorer, spec, bags: list[Path], output: Path, stale_z: float, prog: s
     return 0
 
 
-def _run(args, scorer, spec, output: Path) -> int:
+def _run(args, scorer, spec, output: Path, prog: str) -> int:
     from twinloop_ros.clients import TrialsClient
     from twinloop_ros.command_line import CANCEL_WAIT, Progress, run_live
 
@@ -339,10 +339,9 @@ def _run(args, scorer, spec, output: Path) -> int:
         for o in result.outcomes:
             progress(f"trial {o.trial_index + 1}: the runner says {'success' if o.success else 'failure'} "
                      f"({o.reason}), bag {o.bag_path}")
-        return _score(scorer, spec, [Path(o.bag_path) for o in result.outcomes], output, args.stale_z,
-                      "twinloop validate run")
+        return _score(scorer, spec, [Path(o.bag_path) for o in result.outcomes], output, args.stale_z, prog)
 
-    return run_live("twinloop validate run", body)
+    return run_live(prog, body)
 
 
 if __name__ == "__main__":
