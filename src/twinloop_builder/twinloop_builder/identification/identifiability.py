@@ -33,12 +33,8 @@ def guidance_for(name: str) -> str:
 
 
 def stage_estimates(stage: Stage, fit: StageFit, prior: Mapping[str, float], settings: IdentificationSettings, *,
-                    mimic: Mapping[str, str], only: Sequence[str] | None = None) -> StageOutcome:
-    """Estimates of the stage's parameters (those in `only`, if given) from its fit.
-
-    `mimic`: {follower joint: leader joint}; their joint parameters share one multiplier
-    and only their sum is observable, so they are never flagged identifiable.
-    """
+                    only: Sequence[str] | None = None) -> StageOutcome:
+    """Estimates of the stage's parameters (those in `only`, if given) from its fit."""
     out = StageOutcome()
     x, sigma, half = fit.x, fit.covariance, fit.half_width
     rms = fit.report.residual_rms
@@ -52,7 +48,6 @@ def stage_estimates(stage: Stage, fit: StageFit, prior: Mapping[str, float], set
     with np.errstate(divide="ignore", invalid="ignore"):
         corr = sigma / np.outer(std_x, std_x)
     names = [v.name for v in stage.variables]
-    tied = set(mimic) | set(mimic.values())
     for i, variable in enumerate(stage.variables):
         if only is not None and variable.name not in only:
             continue
@@ -77,12 +72,7 @@ def stage_estimates(stage: Stage, fit: StageFit, prior: Mapping[str, float], set
             identifiable = bool(np.isfinite(std) and relative <= settings.max_relative_std and not at_bound
                                 and not inadequate)
             note = ""
-            if target.startswith("joint.") and target.split(".")[1] in tied:
-                identifiable = False
-                follower = next(f for f, leader in mimic.items() if target.split(".")[1] in (f, leader))
-                note = (f"{follower} mimics {mimic[follower]}: only the sum over both joints is observable; "
-                        "both scaled together")
-            elif inadequate:
+            if inadequate:
                 note = (f"not identifiable: the model leaves residuals {rms:.1f}x the sensor noise (> "
                         f"{settings.max_residual_rms:g}x), so it does not explain this recording; record again "
                         "with steady command timing (an unloaded workcell host)")
