@@ -41,7 +41,7 @@ class TrialPlan:
     required_topics: tuple[str, ...] = ("/joint_states", "/joint_command")
     record_ready_timeout_s: float = 5.0
     arm_monitor: bool = True
-    observation_timeout_s: float = 5.0  # wait for every observation term's first value
+    observation_timeout_s: float = 15.0  # wait for every observation term's first value
     planned_reset: bool = False  # bring the arm to its start pose along a planned path before each trial
 
 
