@@ -123,7 +123,8 @@ def test_an_excited_gripper_gain_is_recovered_with_each_finger_fit_on_its_own(wo
     fingers' friction, damping and armature, the pair's mismatch went into finger 1's gain:
     kp 1518 +- 26 for a true 1652 on this truth (5 std off). Each finger on its own: within
     3 std and 5 %. The arm and the delay are given the truth's values, so only the gripper's
-    parameters are fit."""
+    parameters are fit. Each finger's friction, damping and armature are fit on their own
+    and flagged: the recordings tell mostly their sum."""
     truth = draw_truth(nominal, FINGER_TRUTH_SEED)
     fingers = {j: truth.joints[j] for j in ("panda_finger_joint1", "panda_finger_joint2")}
     print(f"truth: draw_truth(nominal, {FINGER_TRUTH_SEED}); fingers {fingers}")
@@ -144,13 +145,11 @@ def test_an_excited_gripper_gain_is_recovered_with_each_finger_fit_on_its_own(wo
     assert gain.identifiable, gain
     assert abs(gain.mean - true_gain) <= 3 * gain.std, gain
     assert abs(gain.mean / true_gain - 1) <= 0.05, gain
-    for quantity in ("friction_loss", "damping", "armature"):
-        first = result.estimates[f"joint.panda_finger_joint1.{quantity}"]
-        second = result.estimates[f"joint.panda_finger_joint2.{quantity}"]
-        assert "mimics" not in first.note + second.note  # fit, not tied
-        for estimate in (first, second):
-            if estimate.identifiable:  # a confident number holds the truth within 3 std
-                assert abs(estimate.mean - values[estimate.name]) <= 3 * estimate.std, estimate
+    # each finger's friction, damping and armature fit on its own, none claimed identifiable
+    for joint in ("panda_finger_joint1", "panda_finger_joint2"):
+        for quantity in ("friction_loss", "damping", "armature"):
+            estimate = result.estimates[f"joint.{joint}.{quantity}"]
+            assert not estimate.identifiable and "soft equality" in estimate.note, estimate
 
 
 def test_joint_that_never_moves_is_flagged_not_identifiable(workcell, nominal, truth, spec, excitation):

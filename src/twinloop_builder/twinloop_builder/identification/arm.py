@@ -74,6 +74,7 @@ def identify_arm(spec: mujoco.MjSpec, prior: Mapping[str, float], values: Mappin
     weights = column_weights(settings, box=False)
     x_start = np.array([v.x0() for v in variables])
     smooth = base_model(spec, contacts=contact, interpolate_delay=True)
+    mimic = mimic_leaders(smooth)
     if any(v.is_delay for v in variables):
         # 1) the delay continuous, from the servo-law start
         segments = whole_segments(smooth, data.arm, weights)
@@ -84,7 +85,7 @@ def identify_arm(spec: mujoco.MjSpec, prior: Mapping[str, float], values: Mappin
         out.reports.append(first.report)
         x_start = first.x.copy()
         delay_index = next(i for i, v in enumerate(variables) if v.is_delay)
-        continuous = stage_estimates(delay_stage, first, prior, settings, only=(DELAY,))
+        continuous = stage_estimates(delay_stage, first, prior, settings, mimic=mimic, only=(DELAY,))
         out.add(dataclasses.replace(continuous, reports=[]))
         # 2) the best whole step near the estimate, then held
         held = whole_step_delay(spec, contact, segments, weights, variables, x_start, fixed,
@@ -98,7 +99,7 @@ def identify_arm(spec: mujoco.MjSpec, prior: Mapping[str, float], values: Mappin
         base = base_model(spec, contacts=contact)
         stage = Stage("arm", spec, base, variables, fixed, whole_segments(base, data.arm, weights), settings)
         final = fit_least_squares(stage, x_start, settings, progress, cancelled)
-        out.add(stage_estimates(stage, final, prior, settings))
+        out.add(stage_estimates(stage, final, prior, settings, mimic=mimic))
         out.reports.append(final.report)
     return out
 

@@ -25,7 +25,7 @@ import numpy as np
 from twinloop_builder.identification.data import FitData, column_weights, make_segment
 from twinloop_builder.identification.fit import Stage
 from twinloop_builder.identification.identifiability import stage_estimates
-from twinloop_builder.identification.model import FitVariable, base_model
+from twinloop_builder.identification.model import FitVariable, base_model, mimic_leaders
 from twinloop_builder.identification.results import Estimate, StageFit, StageOutcome
 from twinloop_builder.identification.settings import (BOX_PARAMETERS, DELAY, IdentificationCancelled,
                                                       IdentificationSettings, ProgressFn)
@@ -49,7 +49,7 @@ def identify_box(spec, prior: Mapping[str, float], values: Mapping[str, float], 
     fixed.update({n: prior[n] for n in BOX_PARAMETERS if n not in fitted})
     stage = Stage("box", spec, base, variables, fixed, segments, settings)
     fit = fit_contact_stage(stage, np.zeros(len(variables)), settings, progress, cancelled)
-    out = stage_estimates(stage, fit, prior, settings)
+    out = stage_estimates(stage, fit, prior, settings, mimic=mimic_leaders(base))
     out.derived.update(sliding_force(stage, fit, settings, out.estimates, out.guidance))
     out.reports.append(fit.report)
     return out
