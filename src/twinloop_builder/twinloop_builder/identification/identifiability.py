@@ -39,7 +39,8 @@ def stage_estimates(stage: Stage, fit: StageFit, prior: Mapping[str, float], set
     `mimic`: {follower joint: leader joint}. Each joint of a pair has its own friction,
     damping and armature in the fit, but none is flagged identifiable: the recordings tell
     mostly the pair's sum. (Seen on a drawn truth: finger 1's friction loss at its search
-    bound with no sensitivity left, finger 2's at 0.80 +- 0.065 N for a true 1.22.) The leader's gains are judged as usual.
+    bound with no sensitivity left, finger 2's at 0.80 +- 0.065 N for a true 1.22.) The
+    leader's gains are judged as usual.
     """
     out = StageOutcome()
     x, sigma, half = fit.x, fit.covariance, fit.half_width
