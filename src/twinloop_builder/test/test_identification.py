@@ -118,7 +118,7 @@ FINGER_S = 6.0  # s of excitation: the gripper's band starts at 0.1 Hz
 FINGER_PREFIXES = ("actuator.panda_finger_joint1", "joint.panda_finger_joint")
 
 
-def test_an_excited_gripper_gain_is_recovered_with_each_finger_fit_on_its_own(workcell, nominal, spec):
+def test_an_excited_gripper_gain_is_recovered_with_each_finger_fit_on_its_own(workcell, nominal, spec, amplitude):
     """Finger 2 follows finger 1 through a soft equality. With one multiplier for both
     fingers' friction, damping and armature, the pair's mismatch went into finger 1's gain:
     kp 1518 +- 26 for a true 1652 on this truth (5 std off). Each finger on its own: within
@@ -130,7 +130,7 @@ def test_an_excited_gripper_gain_is_recovered_with_each_finger_fit_on_its_own(wo
     print(f"truth: draw_truth(nominal, {FINGER_TRUTH_SEED}); fingers {fingers}")
     assert fingers["panda_finger_joint1"].friction_loss != fingers["panda_finger_joint2"].friction_loss
     config = JointExcitationConfig(duration_s=FINGER_S, ramp_s=1.0, seed=0,
-                                   amplitude={**{j: 0.4 for j in ARM_JOINTS}, "panda_finger_joint1": 0.02})
+                                   amplitude=dict(amplitude, panda_finger_joint1=0.02))
     trajectory = joint_excitation(config, workcell.home_joint_positions, spec.compile(), workcell.urdf_xml,
                                   workcell.table_top_height_m)
     fit = simulate_session(workcell, truth, [trajectory], name="fit", seed=1)

@@ -56,7 +56,7 @@ class PolicyRunnerNode(Node):
             "judge_settle_m": (0.003, "m, a box is at rest when a tracker pose is within this of the one before "
                                "it (the tracker's noise at rest is under 1 mm)"),
             "observation_timeout_s": (15.0, "s, wait after settle_s for every observation term's first value "
-                                       "(e.g. the box tracker's pose, slow on a node set just started); a trial "
+                                       "(e.g. the box tracker's pose, once over 5 s on a node set just started); a trial "
                                        "without one is not run"),
             "recorder_node": ("/recorder", "recorder whose start/stop services record the trials"),
             "record_profile": ("trial", "recording profile of each trial"),
